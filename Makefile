@@ -1,0 +1,38 @@
+# The README's two commands: `make demo` and `make test`. Both create .venv and install on first use.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# CPU wheel on CPU machines; GPU users: make install TORCH_SPEC=torch==2.13.0 TORCH_INDEX=https://download.pytorch.org/whl/cu128
+TORCH_SPEC  ?= torch==2.13.0
+TORCH_INDEX ?=
+CONFIG ?= configs/train_dp.yaml
+
+.PHONY: install demo test test-fast submit clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/python -m jobs.train --config configs/train_dp.yaml
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# Submit a job to a running cluster (RAY_ADDRESS, default the local head's dashboard).
+submit: install
+	RAY_AUTH_MODE=token $(BIN)/ray job submit --address $${RAY_ADDRESS:-http://127.0.0.1:8265} \
+		--working-dir . --runtime-env-json '{"py_modules": ["platform/scaleforge"]}' \
+		-- python -m jobs.train --config $(CONFIG)
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,10 @@
+"""Typed job configs: pydantic schemas filled from YAML, with dotted ``--set`` overrides."""
+
+from scaleforge.config.cli import parse_job_config, run_job
+from scaleforge.config.loader import ConfigError, load_config
+from scaleforge.config.schema import TrainJobConfig
+
+JOB_SCHEMAS = {"jobs.train": TrainJobConfig}
+"""Each job module and the schema of its ``--config`` file."""
+
+__all__ = ["ConfigError", "JOB_SCHEMAS", "load_config", "parse_job_config", "run_job", "TrainJobConfig"]

@@ -1,0 +1,88 @@
+"""YAML -> pydantic with dotted ``--set`` overrides; every failure is one readable ConfigError."""
+
+from pathlib import Path
+from typing import Any, Sequence, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ConfigError(ValueError):
+    """A config that cannot run: the message names the file, the field and the problem."""
+
+
+def load_config(schema: type[M], path: str | Path, overrides: Sequence[str] = ()) -> M:
+    """Read ``path``, apply ``key.sub=value`` overrides, validate against ``schema``.
+
+    Args:
+        schema: The job's pydantic model (``extra="forbid"`` all the way down).
+        path: A YAML file whose top level is a mapping of sections.
+        overrides: ``dotted.key=value`` strings; values are parsed as YAML scalars/lists.
+
+    Raises:
+        ConfigError: unreadable YAML, a bad override, or a validation failure.
+    """
+    source = str(path) + (f" (with --set {' '.join(overrides)})" if overrides else "")
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}: invalid YAML{where}: {getattr(err, 'problem', err)}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(raw).__name__}")
+    for item in overrides:
+        _apply_override(raw, item, path)
+    try:
+        return schema.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError("\n".join(f"{source}: {line}" for line in _describe(err, raw))) from None
+
+
+def _apply_override(raw: dict, item: str, path: Path) -> None:
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"{path}: --set expects dotted.key=value, got {item!r}")
+    *parents, leaf = key.strip().split(".")
+    node = raw
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{path}: --set {key}: {part!r} is a value, not a section")
+        node = child
+    try:
+        node[leaf] = yaml.safe_load(value)
+    except yaml.YAMLError:
+        node[leaf] = value
+
+
+def _describe(err: ValidationError, raw: dict) -> list[str]:
+    lines = []
+    for error in err.errors():
+        field = ".".join(_field_path(error["loc"], raw))
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif error["type"] == "union_tag_invalid":
+            message = f"unknown name {error['ctx']['tag']!r}; choose one of {error['ctx']['expected_tags']}"
+            field = f"{field}.{error['ctx']['discriminator'].strip(chr(39))}"
+        elif error["type"] not in ("missing",) and not isinstance(error.get("input"), (dict, list)):
+            message += f" (got {error['input']!r})"
+        lines.append(f"{field}: {message}" if field else message)
+    return lines
+
+
+def _field_path(loc: tuple, raw: Any) -> list[str]:
+    """The user's dotted path: drops the tag that pydantic inserts for discriminated unions."""
+    parts, node = [], raw
+    for item in loc:
+        if isinstance(node, dict) and item not in node and node.get("name") == item:
+            continue  # pydantic's union tag, not a key the user wrote
+        parts.append(str(item))
+        node = node.get(item) if isinstance(node, dict) else None
+    return parts

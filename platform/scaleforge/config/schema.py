@@ -1,0 +1,120 @@
+"""Schema of the data-parallel training job (``jobs.train``)."""
+
+from typing import Literal, Optional
+
+from pyarrow import ArrowException
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+
+from scaleforge.data import DataSpec, describe
+from scaleforge.models import CNN1dSpec, ModelSpec, build_model
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScalingSpec(_Section):
+    """How many Ray Train workers, and what each one gets (``ray.train.ScalingConfig``)."""
+
+    num_workers: PositiveInt = 2
+    """Data-parallel workers (DDP ranks)."""
+    use_gpu: bool = False
+    """One GPU per worker, NCCL backend; CPU workers use gloo."""
+    resources_per_worker: dict[str, float] = Field(default_factory=lambda: {"CPU": 1})
+    """Ray resources each worker reserves, e.g. ``{CPU: 2}`` or ``{CPU: 4, GPU: 1}``."""
+
+
+class OptimSpec(_Section):
+    """Optimiser, batch size and learning-rate schedule."""
+
+    epochs: PositiveInt = 10
+    """Passes over the training set."""
+    batch_size: PositiveInt = 128
+    """Per-worker batch; the global batch is ``batch_size * scaling.num_workers``."""
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    """``adamw`` or ``sgd`` (Nesterov momentum)."""
+    lr: PositiveFloat = 3e-3
+    """Peak learning rate at ``base_batch_size`` (scaled with the global batch if ``lr_scaling: linear``)."""
+    lr_scaling: Literal["none", "linear"] = "none"
+    """``linear``: lr x global_batch / base_batch_size (Goyal et al. 2017)."""
+    base_batch_size: PositiveInt = 256
+    """Reference batch of ``lr`` for linear scaling."""
+    warmup_epochs: float = Field(default=0.0, ge=0.0)
+    """Linear warm-up from 0 to the peak lr over this many epochs (Goyal et al. use 5)."""
+    schedule: Literal["cosine", "constant"] = "cosine"
+    """After warm-up: cosine decay to zero, or constant."""
+    weight_decay: float = Field(default=1e-4, ge=0.0)
+    momentum: float = Field(default=0.9, ge=0.0, lt=1.0)
+    """SGD only."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """``bf16``: autocast the forward pass on GPU."""
+    seed: int = 0
+    """Seed for initialisation and shuffling."""
+
+
+class RunSpec(_Section):
+    """Where checkpoints go and how failures are handled (``ray.train.RunConfig``)."""
+
+    name: Optional[str] = None
+    """Run name under ``storage_path``; reusing a name resumes that run. Default: unique per launch."""
+    storage_path: str = "~/scaleforge/runs"
+    """Checkpoint storage: a local folder, or any URI of Ray's storage layer (``s3://bucket/prefix``)."""
+    max_failures: NonNegativeInt = 1
+    """Worker-group restarts from the latest checkpoint before the run fails."""
+    checkpoint_every: PositiveInt = 1
+    """Checkpoint every N epochs (and after the last)."""
+    keep_checkpoints: PositiveInt = 2
+    """Checkpoints retained in storage."""
+
+
+class ArtifactSpec(_Section):
+    """Where the trained model is exported."""
+
+    dir: str = "~/scaleforge/artifacts/model"
+    """Artifact folder (``model.safetensors`` + ``manifest.json``); replaced atomically."""
+
+
+class FaultSpec(_Section):
+    """Deliberate failures, to prove recovery."""
+
+    kill_worker_at_epoch: Optional[PositiveInt] = None
+    """The last rank calls ``os._exit(1)`` when this epoch starts, once (not after a resume)."""
+
+
+class TrainJobConfig(_Section):
+    """``python -m jobs.train``: data-parallel training on Ray Train."""
+
+    data: DataSpec = Field(default_factory=DataSpec)
+    model: ModelSpec = Field(default_factory=CNN1dSpec)
+    optim: OptimSpec = Field(default_factory=OptimSpec)
+    scaling: ScalingSpec = Field(default_factory=ScalingSpec)
+    run: RunSpec = Field(default_factory=RunSpec)
+    artifact: ArtifactSpec = Field(default_factory=ArtifactSpec)
+    fault: FaultSpec = Field(default_factory=FaultSpec)
+
+    @model_validator(mode="after")
+    def _runnable(self) -> "TrainJobConfig":
+        try:
+            info = describe(self.data)
+        except (KeyError, OSError, ArrowException) as err:
+            raise ValueError(f"data.source: cannot read {self.data.source}: {err}") from None
+        if self.scaling.num_workers > info.num_train:
+            raise ValueError(
+                f"scaling.num_workers ({self.scaling.num_workers}) is larger than the number of "
+                f"training examples ({info.num_train})"
+            )
+        if self.optim.precision == "bf16" and not self.scaling.use_gpu:
+            raise ValueError("optim.precision=bf16 autocasts on GPU; set scaling.use_gpu=true or use fp32")
+        if self.scaling.use_gpu and self.scaling.resources_per_worker.get("GPU", 1) <= 0:
+            raise ValueError("scaling.use_gpu=true needs a positive GPU count in scaling.resources_per_worker")
+        kill = self.fault.kill_worker_at_epoch
+        if kill is not None:
+            if self.run.max_failures < 1:
+                raise ValueError("fault.kill_worker_at_epoch needs run.max_failures >= 1 to recover")
+            if kill < self.run.checkpoint_every or kill >= self.optim.epochs:
+                raise ValueError(
+                    f"fault.kill_worker_at_epoch ({kill}) must fall after the first checkpoint "
+                    f"(run.checkpoint_every={self.run.checkpoint_every}) and before optim.epochs ({self.optim.epochs})"
+                )
+        build_model(self.model, info.input_dim, info.num_classes)  # architecture errors surface now
+        return self

@@ -1,0 +1,61 @@
+"""MNIST-1D (Greydanus & Kobak), generated locally with the ``mnist1d`` package and cached as ``.npz``.
+
+Never the package's downloading loader: ``make_dataset`` is seeded and needs no network, and the
+package's own cache format is pickle, which we do not load.
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+SEQUENCE_LENGTH = 40
+NUM_CLASSES = 10
+
+
+def split_sizes(num_samples: int, test_fraction: float) -> tuple[int, int]:
+    """(train, test) sizes that ``make_dataset`` produces: it makes ``num_samples // 10`` per class."""
+    total = (num_samples // NUM_CLASSES) * NUM_CLASSES
+    train = int(total * (1.0 - test_fraction))
+    return train, total - train
+
+
+def load_mnist1d(num_samples: int, seed: int, test_fraction: float, cache_dir: str) -> dict[str, np.ndarray]:
+    """Generate (or read from cache) MNIST-1D.
+
+    Returns:
+        ``{"x", "y", "x_test", "y_test"}``: float32 features of length 40 and int64 labels.
+    """
+    cache = Path(cache_dir).expanduser() / f"mnist1d-n{num_samples}-seed{seed}-test{test_fraction:g}.npz"
+    if cache.is_file():
+        with np.load(cache, allow_pickle=False) as stored:
+            return {key: stored[key] for key in ("x", "y", "x_test", "y_test")}
+    arrays = _generate(num_samples, seed, test_fraction)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    # Atomic: concurrent jobs never read a half-written cache file.
+    fd, tmp = tempfile.mkstemp(dir=cache.parent, suffix=".npz.tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, **arrays)
+        os.replace(tmp, cache)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return arrays
+
+
+def _generate(num_samples: int, seed: int, test_fraction: float) -> dict[str, np.ndarray]:
+    from mnist1d.data import get_dataset_args, make_dataset
+
+    args = get_dataset_args()
+    args.num_samples = num_samples
+    args.seed = seed
+    args.train_split = 1.0 - test_fraction
+    data = make_dataset(args)
+    return {
+        "x": data["x"].astype(np.float32),
+        "y": data["y"].astype(np.int64),
+        "x_test": data["x_test"].astype(np.float32),
+        "y_test": data["y_test"].astype(np.int64),
+    }

@@ -1,0 +1,54 @@
+"""Where a job's data comes from: the config section ``data``."""
+
+from pathlib import Path
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+
+MNIST1D = "mnist1d"
+FILE_SUFFIXES = (".npz", ".parquet")
+
+
+class DataSpec(BaseModel):
+    """A dataset: MNIST-1D generated locally, or a user's ``.npz`` / Parquet file with ``x`` and ``y``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = MNIST1D
+    """``mnist1d``, or the path of a ``.npz`` or ``.parquet`` file holding ``x`` (features) and ``y`` (labels)."""
+    num_samples: PositiveInt = 20_000
+    """MNIST-1D only: examples to generate (train + test)."""
+    seed: int = 42
+    """Seed of the MNIST-1D generator and of the train/test split of a user's file."""
+    test_fraction: float = Field(default=0.2, gt=0.0, lt=1.0)
+    """Share of the examples held out for testing (unless ``test_path`` is given)."""
+    test_path: Optional[str] = None
+    """Optional held-out file in the same format as ``source``; then no split is made."""
+    cache_dir: str = "~/.cache/scaleforge"
+    """Where generated MNIST-1D is cached (``.npz``, no pickle)."""
+
+    @field_validator("source", "test_path")
+    @classmethod
+    def _file_exists(cls, value: Optional[str], info) -> Optional[str]:
+        if value is None or (info.field_name == "source" and value == MNIST1D):
+            return value
+        path = Path(value).expanduser()
+        if path.suffix not in FILE_SUFFIXES:
+            raise ValueError(f"{value!r} must be '{MNIST1D}' or a file ending in {' or '.join(FILE_SUFFIXES)}")
+        if not path.is_file():
+            raise ValueError(f"data file {value!r} does not exist")
+        return str(path.resolve())
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "DataSpec":
+        if self.is_mnist1d and self.test_path is not None:
+            raise ValueError("data.test_path applies to a user's file, not to data.source=mnist1d")
+        if self.is_mnist1d and self.num_samples < 20:
+            raise ValueError(f"data.num_samples ({self.num_samples}) must be at least 20 (2 per class)")
+        if self.test_path and Path(self.test_path).suffix != Path(self.source).suffix:
+            raise ValueError("data.test_path must have the same format as data.source")
+        return self
+
+    @property
+    def is_mnist1d(self) -> bool:
+        return self.source == MNIST1D

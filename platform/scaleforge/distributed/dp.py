@@ -1,0 +1,244 @@
+"""Data-parallel training on Ray Train: ``TorchTrainer`` + DDP, Ray Data shards, resumable checkpoints."""
+
+import math
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+import ray.train
+import ray.train.torch
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from pydantic import TypeAdapter
+from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchConfig, TorchTrainer
+
+from scaleforge.artifacts import save_artifact
+from scaleforge.config.schema import FaultSpec, OptimSpec, RunSpec, TrainJobConfig
+from scaleforge.data.ray_datasets import build_ray_datasets
+from scaleforge.distributed.checkpoint import (
+    load_model_weights,
+    load_training_state,
+    read_trainer_state,
+    save_training_state,
+)
+from scaleforge.distributed.schedule import learning_rate_at, peak_learning_rate
+from scaleforge.models import ModelSpec, build_model, count_parameters
+from scaleforge.runtime import ensure_ray
+
+_MODEL_SPEC = TypeAdapter(ModelSpec)
+
+
+@dataclass
+class TrainingResult:
+    """What a finished data-parallel run produced."""
+
+    metrics: dict[str, Any]
+    history: list[dict[str, Any]]
+    artifact: Path
+    checkpoint_path: str
+    num_workers: int
+    num_parameters: int
+    wall_s: float
+
+    def summary(self) -> str:
+        lines = [
+            f"test accuracy {self.metrics['test_accuracy']:.4f} (loss {self.metrics['test_loss']:.4f}) "
+            f"after {len(self.history)} epochs on {self.num_workers} workers, {self.wall_s:.1f} s wall-clock"
+        ]
+        if self.metrics.get("resumed_from_epoch"):
+            lines.append(f"resumed from the checkpoint of epoch {self.metrics['resumed_from_epoch']} after a failure")
+        lines.append(f"artifact: {self.artifact} ({self.num_parameters:,} parameters)")
+        lines.append(f"checkpoints: {self.checkpoint_path}")
+        return "\n".join(lines)
+
+
+def run_training(cfg: TrainJobConfig) -> TrainingResult:
+    """Train ``cfg.model`` data-parallel on Ray Train and export the model as an artifact.
+
+    Args:
+        cfg: A validated job config.
+
+    Returns:
+        The final metrics, the per-epoch history and the artifact folder.
+    """
+    started = time.perf_counter()
+    scaling = cfg.scaling
+    ensure_ray(min_cpus=scaling.num_workers * scaling.resources_per_worker.get("CPU", 1) + 2)
+    data = build_ray_datasets(cfg.data)
+    run_name = cfg.run.name or f"train-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={"job": cfg.model_dump(mode="json"), "info": asdict(data.info)},
+        scaling_config=ScalingConfig(
+            num_workers=scaling.num_workers,
+            use_gpu=scaling.use_gpu,
+            resources_per_worker=dict(scaling.resources_per_worker),
+        ),
+        torch_config=TorchConfig(backend="nccl" if scaling.use_gpu else "gloo"),
+        run_config=RunConfig(
+            name=run_name,
+            storage_path=_storage_uri(cfg.run),
+            failure_config=FailureConfig(max_failures=cfg.run.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
+        ),
+        datasets=data.datasets,
+    )
+    result = trainer.fit()
+    with result.checkpoint.as_directory() as folder:
+        state = read_trainer_state(Path(folder))
+        model = build_model(cfg.model, data.info.input_dim, data.info.num_classes)
+        model.load_state_dict(load_model_weights(Path(folder)))
+    final = state["history"][-1]
+    artifact = save_artifact(
+        cfg.artifact.dir,
+        model,
+        cfg.model,
+        input_dim=data.info.input_dim,
+        num_classes=data.info.num_classes,
+        metrics={k: final[k] for k in ("test_accuracy", "test_loss", "train_accuracy", "train_loss")},
+        dataset={"source": cfg.data.source, "fingerprint": data.fingerprint, **asdict(data.info)},
+        extra={"training": {"job": "train", "run": run_name, "checkpoint": result.checkpoint.path,
+                            "num_workers": scaling.num_workers, "epochs": len(state["history"])}},
+    )
+    return TrainingResult(
+        metrics={**final, "resumed_from_epoch": state["resumed_from_epoch"]},
+        history=state["history"],
+        artifact=artifact,
+        checkpoint_path=result.checkpoint.path,
+        num_workers=scaling.num_workers,
+        num_parameters=count_parameters(model),
+        wall_s=time.perf_counter() - started,
+    )
+
+
+def train_loop_per_worker(config: dict[str, Any]) -> None:
+    """Ray Train's per-worker function: one DDP rank of the run.
+
+    Resumes from ``ray.train.get_checkpoint()`` when the worker group was restarted; reports
+    metrics every epoch and a checkpoint (from rank 0) every ``run.checkpoint_every`` epochs.
+    """
+    job, info = config["job"], config["info"]
+    optim, run, fault = OptimSpec(**job["optim"]), RunSpec(**job["run"]), FaultSpec(**job["fault"])
+    context = ray.train.get_context()
+    rank, world = context.get_world_rank(), context.get_world_size()
+    device = ray.train.torch.get_device()
+    if device.type == "cpu":
+        torch.set_num_threads(max(1, int(job["scaling"]["resources_per_worker"].get("CPU", 1))))
+    torch.manual_seed(optim.seed)
+
+    model = ray.train.torch.prepare_model(
+        build_model(_MODEL_SPEC.validate_python(job["model"]), info["input_dim"], info["num_classes"])
+    )
+    module = model.module if hasattr(model, "module") else model
+    optimizer = _make_optimizer(module, optim)
+    start_epoch, step, history = 0, 0, []
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as folder:
+            state = load_training_state(Path(folder), module, optimizer)
+        start_epoch, step, history = state["epoch"] + 1, state["step"], state["history"]
+
+    global_batch = optim.batch_size * world
+    peak = peak_learning_rate(optim.lr, global_batch, optim.base_batch_size, optim.lr_scaling)
+    steps_per_epoch = math.ceil((info["num_train"] // world) / optim.batch_size)
+    schedule = dict(peak=peak, total_steps=steps_per_epoch * optim.epochs,
+                    warmup_steps=round(optim.warmup_epochs * steps_per_epoch), schedule=optim.schedule)
+    train_shard, test_shard = ray.train.get_dataset_shard("train"), ray.train.get_dataset_shard("test")
+
+    for epoch in range(start_epoch, optim.epochs):
+        if fault.kill_worker_at_epoch == epoch and start_epoch == 0 and rank == world - 1:
+            print(f"[fault] rank {rank} exits at the start of epoch {epoch} (fault.kill_worker_at_epoch)", flush=True)
+            os._exit(1)
+        began = time.perf_counter()
+        model.train()
+        totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, seen
+        for batch in train_shard.iter_torch_batches(
+            batch_size=optim.batch_size, dtypes={"x": torch.float32, "y": torch.int64}, device=device,
+            local_shuffle_buffer_size=min(4096, info["num_train"]), local_shuffle_seed=optim.seed + epoch,
+        ):
+            lr = learning_rate_at(step, **schedule)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=optim.precision == "bf16"):
+                logits = model(batch["x"])
+                loss = F.cross_entropy(logits.float(), batch["y"])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            totals += torch.tensor([loss.item() * len(logits), (logits.argmax(1) == batch["y"]).sum().item(), len(logits)])
+        elapsed = torch.tensor([time.perf_counter() - began])
+        test = _evaluate(model, module, test_shard, device, optim.precision == "bf16")
+        if world > 1:
+            dist.all_reduce(totals)
+            dist.all_reduce(test)
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        metrics = {
+            "epoch": epoch + 1,
+            "train_loss": totals[0].item() / totals[2].item(),
+            "train_accuracy": totals[1].item() / totals[2].item(),
+            "test_loss": test[0].item() / test[2].item(),
+            "test_accuracy": test[1].item() / test[2].item(),
+            "lr": lr,
+            "samples_per_s": totals[2].item() / elapsed.item(),
+            "epoch_s": elapsed.item(),
+            "resumed_from_epoch": start_epoch,
+        }
+        history.append(metrics)
+        if rank == 0:
+            print(
+                f"[train] epoch {epoch + 1}/{optim.epochs}  loss {metrics['train_loss']:.4f}  "
+                f"train_acc {metrics['train_accuracy']:.4f}  test_acc {metrics['test_accuracy']:.4f}  "
+                f"lr {lr:.2e}  {metrics['samples_per_s']:,.0f} samples/s  ({metrics['epoch_s']:.1f}s)",
+                flush=True,
+            )
+        _report(metrics, epoch, optim.epochs, run.checkpoint_every, rank, module, optimizer,
+                {"epoch": epoch, "step": step, "history": history, "resumed_from_epoch": start_epoch})
+
+
+def _report(metrics, epoch, epochs, every, rank, module, optimizer, state) -> None:
+    if (epoch + 1) % every and epoch + 1 != epochs:
+        ray.train.report(metrics)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        checkpoint = None
+        if rank == 0:  # DDP ranks hold identical weights; one copy is enough
+            save_training_state(Path(folder), module, optimizer, state)
+            checkpoint = Checkpoint.from_directory(folder)
+        ray.train.report(metrics, checkpoint=checkpoint)
+
+
+@torch.no_grad()
+def _evaluate(model, module, shard, device, bf16: bool) -> torch.Tensor:
+    """[loss sum, correct, count] of this rank's test shard, with rank 0's BatchNorm statistics."""
+    if dist.is_initialized():
+        for buffer in module.buffers():  # evaluate exactly the weights that get exported
+            dist.broadcast(buffer, 0)
+    model.eval()
+    totals = torch.zeros(3, dtype=torch.float64)
+    for batch in shard.iter_torch_batches(batch_size=1024, dtypes={"x": torch.float32, "y": torch.int64}, device=device):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(batch["x"]).float()
+        totals += torch.tensor([F.cross_entropy(logits, batch["y"], reduction="sum").item(),
+                                (logits.argmax(1) == batch["y"]).sum().item(), len(logits)])
+    return totals
+
+
+def _make_optimizer(module: torch.nn.Module, optim: OptimSpec) -> torch.optim.Optimizer:
+    if optim.optimizer == "sgd":
+        return torch.optim.SGD(module.parameters(), lr=optim.lr, momentum=optim.momentum,
+                               nesterov=True, weight_decay=optim.weight_decay)
+    return torch.optim.AdamW(module.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
+
+
+def _storage_uri(run: RunSpec) -> str:
+    if "://" in run.storage_path:
+        return run.storage_path  # s3://, gs://, ... go through Ray's (pyarrow) storage layer unchanged
+    return str(Path(run.storage_path).expanduser().resolve())

@@ -1,0 +1,61 @@
+"""1-D convolutional classifier: the MNIST-1D paper's strongest model family."""
+
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from torch import nn
+
+
+class CNN1dSpec(BaseModel):
+    """Architecture of a :class:`CNN1d`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["cnn1d"] = "cnn1d"
+    channels: list[PositiveInt] = Field(default=[32, 64, 64], min_length=1)
+    """Output channels of each Conv1d -> BatchNorm -> ReLU block."""
+    kernel_size: int = Field(default=5, ge=1)
+    """Convolution kernel width (odd sizes keep the sequence length)."""
+    pool: bool = False
+    """Halve the sequence with MaxPool1d(2) after every block but the first."""
+    hidden: PositiveInt = 128
+    """Width of the fully connected layer after the convolutions."""
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """Dropout probability before the classifier."""
+
+
+class CNN1d(nn.Module):
+    """Conv blocks over a single-channel sequence, then an MLP head on the flattened maps."""
+
+    def __init__(self, spec: CNN1dSpec, input_dim: int, num_classes: int):
+        super().__init__()
+        blocks: list[nn.Module] = []
+        in_channels, length = 1, input_dim
+        for i, out_channels in enumerate(spec.channels):
+            blocks += [
+                nn.Conv1d(in_channels, out_channels, spec.kernel_size, padding=spec.kernel_size // 2),
+                nn.BatchNorm1d(out_channels),
+                nn.ReLU(),
+            ]
+            length = length + 2 * (spec.kernel_size // 2) - spec.kernel_size + 1
+            if spec.pool and i > 0:
+                blocks.append(nn.MaxPool1d(2))
+                length //= 2
+            in_channels = out_channels
+        if length < 1:
+            raise ValueError(
+                f"cnn1d: input length {input_dim} shrinks to {length} after {len(spec.channels)} "
+                "blocks; use fewer blocks, pool=false or a smaller kernel_size"
+            )
+        self.features = nn.Sequential(*blocks)
+        self.head = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(in_channels * length, spec.hidden),
+            nn.ReLU(),
+            nn.Dropout(spec.dropout),
+            nn.Linear(spec.hidden, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x.unsqueeze(1)))

@@ -1,0 +1,21 @@
+"""Connecting to Ray: the cluster of a submitted job, or an embedded local one."""
+
+import os
+
+import ray
+
+
+def ensure_ray(min_cpus: float) -> None:
+    """Join the job's cluster, or start an embedded local Ray with enough logical CPUs.
+
+    Under ``ray job submit`` (``RAY_ADDRESS`` set) this connects to that cluster. Otherwise a
+    local Ray starts in-process with at least ``min_cpus`` logical CPUs, so a 2-core machine
+    can still host several workers plus Ray Data's tasks. Token authentication is left as
+    Ray configures it (on by default for new local clusters since Ray 2.52).
+    """
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(log_to_driver=True)
+        return
+    ray.init(num_cpus=max(float(os.cpu_count() or 1), min_cpus), include_dashboard=False)

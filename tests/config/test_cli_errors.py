@@ -1,0 +1,45 @@
+"""Bad input through the real command line: one line on stderr, exit 2, and no Ray cluster started."""
+
+import os
+import subprocess
+import sys
+
+from conftest import REPO
+
+CASES = {
+    "optim.batch_size=0": "optim.batch_size: Input should be greater than 0",
+    "optim.lr=-1": "optim.lr: Input should be greater than 0",
+    "scaling.num_workers=100000": "scaling.num_workers (100000) is larger than the number of training examples",
+    "model.name=nosuchnet": "model.name: unknown name 'nosuchnet'",
+    "data.source=/nonexistent/data.parquet": "data.source: data file '/nonexistent/data.parquet' does not exist",
+    "optim.bogus=1": "optim.bogus: unknown key",
+}
+
+
+def test_cli_rejects_bad_configs_before_ray_starts(tmp_path):
+    ray_tmp = tmp_path / "ray"
+    ray_tmp.mkdir()
+    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "RAY_ADDRESS": ""}
+    procs = {
+        override: subprocess.Popen(
+            [sys.executable, "-m", "jobs.train", "--config", "configs/train_dp.yaml", "--set", override],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for override in CASES
+    }
+    for override, proc in procs.items():
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 2, (override, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        assert lines[0].startswith("error: configs/train_dp.yaml"), lines[0]
+        assert CASES[override] in lines[0]
+        assert "Traceback" not in err and out == ""
+    assert list(ray_tmp.iterdir()) == [], "a Ray session was created for an invalid config"
+
+
+def test_missing_config_file_exits_2(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "jobs.train", "--config", str(tmp_path / "none.yaml")],
+                          cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: {tmp_path / 'none.yaml'}: config file not found"

@@ -1,0 +1,79 @@
+"""Every file in configs/ builds; overrides and bad input behave as documented."""
+
+import re
+
+import pytest
+
+from conftest import REPO
+from scaleforge.config import JOB_SCHEMAS, ConfigError, TrainJobConfig, load_config
+
+CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
+
+
+def _schema_of(path):
+    header = re.search(r"^# python -m (jobs\.\w+)", path.read_text(), re.MULTILINE)
+    assert header, f"{path.name} must open with the command that runs it"
+    return JOB_SCHEMAS[header.group(1)]
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_every_config_file_builds(path):
+    config = load_config(_schema_of(path), path)
+    assert config.model_dump()
+
+
+def test_overrides_are_typed_and_nested():
+    cfg = load_config(TrainJobConfig, REPO / "configs/train_dp.yaml",
+                      ["optim.lr=0.01", "model.channels=[8, 8]", "scaling.resources_per_worker.CPU=2", "run.name=x"])
+    assert cfg.optim.lr == 0.01
+    assert cfg.model.channels == [8, 8]
+    assert cfg.scaling.resources_per_worker == {"CPU": 2}
+    assert cfg.run.name == "x"
+
+
+def test_teacher_config_is_big_enough():
+    from scaleforge.models import build_model, count_parameters
+
+    cfg = load_config(TrainJobConfig, REPO / "configs/train_teacher.yaml")
+    assert count_parameters(build_model(cfg.model, 40, 10)) >= 250_000
+
+
+BAD = [
+    ("optim.batch_size=0", "optim.batch_size: Input should be greater than 0 (got 0)"),
+    ("optim.lr=-0.1", "optim.lr: Input should be greater than 0 (got -0.1)"),
+    ("scaling.num_workers=16001", "scaling.num_workers (16001) is larger than the number of training examples (16000)"),
+    ("model.name=resnet", "model.name: unknown name 'resnet'; choose one of 'mlp', 'cnn1d', 'transformer'"),
+    ("data.source=missing.npz", "data.source: data file 'missing.npz' does not exist"),
+    ("optim.learning_rate=1", "optim.learning_rate: unknown key"),
+    ("model.hidden=wide", "model.hidden: Input should be a valid integer"),
+    ("optim.precision=bf16", "optim.precision=bf16 autocasts on GPU; set scaling.use_gpu=true"),
+    ("fault.kill_worker_at_epoch=50", "fault.kill_worker_at_epoch (50) must fall after the first checkpoint"),
+]
+
+
+@pytest.mark.parametrize("override,expected", BAD, ids=[b[0] for b in BAD])
+def test_bad_values_name_the_file_field_and_problem(override, expected):
+    with pytest.raises(ConfigError) as err:
+        load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", [override])
+    message = str(err.value)
+    assert message.startswith(f"{REPO / 'configs/train_dp.yaml'} (with --set {override}): ")
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_unreadable_files(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("optim: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"broken.yaml: invalid YAML at line \d"):
+        load_config(TrainJobConfig, broken)
+    with pytest.raises(ConfigError, match="nothere.yaml: config file not found"):
+        load_config(TrainJobConfig, tmp_path / "nothere.yaml")
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- 1\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(TrainJobConfig, listing)
+
+
+def test_malformed_override():
+    with pytest.raises(ConfigError, match="--set expects dotted.key=value, got 'optim.lr'"):
+        load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", ["optim.lr"])

@@ -1,0 +1,76 @@
+"""Datasets: seeded MNIST-1D with a pickle-free cache, and users' .npz / Parquet files."""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from scaleforge.data import DataSpec, describe, load_arrays, load_mnist1d
+
+
+def test_mnist1d_is_seeded_split_and_cached(tmp_path):
+    first = load_mnist1d(200, seed=3, test_fraction=0.2, cache_dir=str(tmp_path))
+    cached = list(tmp_path.glob("*.npz"))
+    assert len(cached) == 1
+    with np.load(cached[0], allow_pickle=False) as stored:  # the cache needs no pickle
+        assert set(stored.files) == {"x", "y", "x_test", "y_test"}
+    again = load_mnist1d(200, seed=3, test_fraction=0.2, cache_dir=str(tmp_path))
+    assert first["x"].shape == (160, 40) and first["x_test"].shape == (40, 40)
+    assert first["x"].dtype == np.float32 and first["y"].dtype == np.int64
+    assert set(np.unique(first["y"])) <= set(range(10))
+    np.testing.assert_array_equal(first["x"], again["x"])
+    other = load_mnist1d(200, seed=4, test_fraction=0.2, cache_dir=str(tmp_path))
+    assert not np.array_equal(first["x"], other["x"])
+
+
+def test_describe_matches_what_is_loaded(tmp_path):
+    spec = DataSpec(num_samples=205, seed=1, cache_dir=str(tmp_path))
+    info = describe(spec)
+    arrays = load_arrays(spec)
+    assert (info.num_train, info.num_test, info.input_dim) == (len(arrays.y), len(arrays.y_test), 40)
+    assert arrays.fingerprint == load_arrays(spec).fingerprint
+
+
+def test_npz_file_is_split_with_the_seed(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "mine.npz"
+    np.savez(path, x=rng.normal(size=(100, 7)).astype(np.float32), y=rng.integers(0, 3, 100))
+    spec = DataSpec(source=str(path), test_fraction=0.25, seed=5)
+    arrays = load_arrays(spec)
+    assert arrays.x.shape == (75, 7) and arrays.x_test.shape == (25, 7)
+    info = describe(spec)
+    assert (info.num_train, info.input_dim, info.num_classes) == (75, 7, 3)
+
+
+@pytest.mark.parametrize(
+    "arrays,message",
+    [
+        ({"x": np.zeros((4, 3))}, "missing array(s) ['y']"),
+        ({"x": np.zeros(4), "y": np.zeros(4, int)}, "'x' must be 2-D"),
+        ({"x": np.full((4, 3), np.nan), "y": np.zeros(4, int)}, "NaN or infinite"),
+        ({"x": np.zeros((4, 3)), "y": np.zeros(5, int)}, "one label per row"),
+        ({"x": np.zeros((4, 3)), "y": np.zeros(4)}, "integer class labels"),
+    ],
+)
+def test_bad_npz_is_rejected_with_the_reason(tmp_path, arrays, message):
+    path = tmp_path / "bad.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(ValueError) as err:
+        load_arrays(DataSpec(source=str(path)))
+    assert message in str(err.value) and str(path) in str(err.value)
+
+
+def test_parquet_is_described_from_metadata(tmp_path):
+    path = tmp_path / "mine.parquet"
+    x = np.arange(60, dtype=np.float32).reshape(20, 3)
+    pq.write_table(pa.table({"x": pa.array(list(x), type=pa.list_(pa.float32())), "y": pa.array(np.arange(20) % 4)}), path)
+    info = describe(DataSpec(source=str(path), test_fraction=0.25))
+    assert (info.num_train, info.num_test, info.input_dim, info.num_classes) == (15, 5, 3, 4)
+
+
+def test_spec_rejects_unknown_formats_and_missing_files(tmp_path):
+    (tmp_path / "data.csv").write_text("1,2\n")
+    with pytest.raises(ValueError, match="must be 'mnist1d' or a file ending in .npz or .parquet"):
+        DataSpec(source=str(tmp_path / "data.csv"))
+    with pytest.raises(ValueError, match="does not exist"):
+        DataSpec(source=str(tmp_path / "gone.parquet"))

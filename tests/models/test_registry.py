@@ -1,0 +1,42 @@
+"""The model registry builds every family at the sizes a config asks for."""
+
+import pytest
+import torch
+from pydantic import TypeAdapter, ValidationError
+
+from scaleforge.models import MODEL_NAMES, CNN1dSpec, ModelSpec, TransformerSpec, build_model, count_parameters
+
+SPEC = TypeAdapter(ModelSpec)
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_every_registered_model_classifies_a_batch(name):
+    model = build_model(SPEC.validate_python({"name": name}), input_dim=40, num_classes=10)
+    logits = model(torch.randn(5, 40))
+    assert logits.shape == (5, 10)
+    logits.sum().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_sizes_come_from_the_spec():
+    small = build_model(CNN1dSpec(channels=[8], hidden=16), 40, 10)
+    large = build_model(CNN1dSpec(channels=[64, 128, 128], pool=True, hidden=256), 40, 10)
+    assert count_parameters(small) == 8 * 5 + 8 + 2 * 8 + 8 * 40 * 16 + 16 + 16 * 10 + 10
+    assert count_parameters(large) > 250_000
+
+
+def test_architecture_errors_are_explicit():
+    with pytest.raises(ValidationError, match="must be divisible by model.num_heads"):
+        TransformerSpec(d_model=30, num_heads=4)
+    with pytest.raises(ValueError, match="not divisible by patch_size 3"):
+        build_model(TransformerSpec(patch_size=3), 40, 10)
+    with pytest.raises(ValueError, match="shrinks to 0"):
+        build_model(CNN1dSpec(channels=[4] * 8, pool=True), 40, 10)
+
+
+def test_transformer_attends_over_patches():
+    model = build_model(TransformerSpec(patch_size=4, d_model=32, num_heads=4), 40, 10).eval()
+    assert model.position.shape == (1, 10, 32)
+    x = torch.randn(3, 40)
+    # Each input's prediction is independent of the others in its batch.
+    torch.testing.assert_close(model(x)[1:2], model(x[1:2]))
