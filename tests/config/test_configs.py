@@ -47,7 +47,7 @@ BAD = [
     ("optim.learning_rate=1", "optim.learning_rate: unknown key"),
     ("model.hidden=wide", "model.hidden: Input should be a valid integer"),
     ("optim.precision=bf16", "optim.precision=bf16 autocasts on GPU; set scaling.use_gpu=true"),
-    ("fault.kill_worker_at_epoch=50", "fault.kill_worker_at_epoch (50) must fall after the first checkpoint"),
+    ("fault.kill_worker_at_epoch=50", "fault.kill_worker_at_epoch (50) must come after the first checkpoint"),
 ]
 
 

@@ -78,7 +78,7 @@ class FaultSpec(_Section):
     """Deliberate failures, to prove recovery."""
 
     kill_worker_at_epoch: Optional[PositiveInt] = None
-    """The last rank calls ``os._exit(1)`` when this epoch starts, once (not after a resume)."""
+    """The last rank calls ``os._exit(1)`` halfway through this (1-based) epoch, once: not after a resume."""
 
 
 class TrainJobConfig(_Section):
@@ -111,10 +111,10 @@ class TrainJobConfig(_Section):
         if kill is not None:
             if self.run.max_failures < 1:
                 raise ValueError("fault.kill_worker_at_epoch needs run.max_failures >= 1 to recover")
-            if kill < self.run.checkpoint_every or kill >= self.optim.epochs:
+            if kill <= self.run.checkpoint_every or kill > self.optim.epochs:
                 raise ValueError(
-                    f"fault.kill_worker_at_epoch ({kill}) must fall after the first checkpoint "
-                    f"(run.checkpoint_every={self.run.checkpoint_every}) and before optim.epochs ({self.optim.epochs})"
+                    f"fault.kill_worker_at_epoch ({kill}) must come after the first checkpoint "
+                    f"(run.checkpoint_every={self.run.checkpoint_every}) and within optim.epochs ({self.optim.epochs})"
                 )
         build_model(self.model, info.input_dim, info.num_classes)  # architecture errors surface now
         return self

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from pydantic import TypeAdapter
-from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train import Checkpoint, CheckpointConfig, CheckpointConsistencyMode, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 
 from scaleforge.artifacts import save_artifact
@@ -153,16 +153,22 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     train_shard, test_shard = ray.train.get_dataset_shard("train"), ray.train.get_dataset_shard("test")
 
     for epoch in range(start_epoch, optim.epochs):
-        if fault.kill_worker_at_epoch == epoch and start_epoch == 0 and rank == world - 1:
-            print(f"[fault] rank {rank} exits at the start of epoch {epoch} (fault.kill_worker_at_epoch)", flush=True)
-            os._exit(1)
+        # Injected fault: the last rank dies halfway through this epoch, on the first attempt only.
+        dies_now = fault.kill_worker_at_epoch == epoch + 1 and start_epoch == 0 and rank == world - 1
+        die_at_batch = steps_per_epoch // 2 if dies_now else -1
         began = time.perf_counter()
         model.train()
         totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, seen
-        for batch in train_shard.iter_torch_batches(
+        for index, batch in enumerate(train_shard.iter_torch_batches(
             batch_size=optim.batch_size, dtypes={"x": torch.float32, "y": torch.int64}, device=device,
             local_shuffle_buffer_size=min(4096, info["num_train"]), local_shuffle_seed=optim.seed + epoch,
-        ):
+        )):
+            if index == die_at_batch:
+                # Ray Train commits a reported checkpoint when its controller next polls the workers;
+                # wait for that so the crash always lands after a durable checkpoint.
+                ray.train.get_all_reported_checkpoints(CheckpointConsistencyMode.COMMITTED, timeout_s=60)
+                print(f"[fault] rank {rank} exits in epoch {epoch + 1} (fault.kill_worker_at_epoch)", flush=True)
+                os._exit(1)
             lr = learning_rate_at(step, **schedule)
             for group in optimizer.param_groups:
                 group["lr"] = lr

@@ -1,0 +1,74 @@
+"""Data-parallel training on a real local Ray cluster: accuracy bars, fault tolerance, Parquet input."""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import jobs.train
+from conftest import REPO
+from scaleforge.artifacts import load_artifact
+from scaleforge.config import TrainJobConfig, load_config
+from scaleforge.data import load_mnist1d
+from scaleforge.distributed.dp import run_training
+
+
+def _config(name, tmp_path, *overrides):
+    return load_config(TrainJobConfig, REPO / "configs" / name,
+                       [f"run.storage_path={tmp_path / 'runs'}", f"artifact.dir={tmp_path / 'artifact'}", *overrides])
+
+
+@pytest.mark.slow
+def test_default_config_reaches_the_bar_within_three_minutes(ray_cluster, tmp_path, capsys):
+    assert jobs.train.main(["--config", str(REPO / "configs/train_dp.yaml"),
+                            "--set", f"run.storage_path={tmp_path / 'runs'}",
+                            "--set", f"artifact.dir={tmp_path / 'artifact'}"]) == 0
+    summary = capsys.readouterr().out
+    artifact = load_artifact(tmp_path / "artifact")
+    accuracy = artifact.manifest["metrics"]["test_accuracy"]
+    assert accuracy >= 0.95, summary
+    assert f"test accuracy {accuracy:.4f}" in summary and str(tmp_path / "artifact") in summary
+    wall = float(summary.split(" s wall-clock")[0].rsplit(", ", 1)[1])
+    assert wall < 180, summary
+    # The exported weights reproduce the reported accuracy on the held-out split.
+    data = load_mnist1d(20_000, 42, 0.2, "~/.cache/scaleforge")
+    import torch
+
+    with torch.no_grad():
+        predicted = artifact.model(torch.from_numpy(data["x_test"])).argmax(1).numpy()
+    assert (predicted == data["y_test"]).mean() == pytest.approx(accuracy, abs=1e-9)
+
+
+@pytest.mark.slow
+def test_teacher_config_meets_its_bar(ray_cluster, tmp_path):
+    result = run_training(_config("train_teacher.yaml", tmp_path))
+    assert result.num_parameters >= 250_000
+    assert result.metrics["test_accuracy"] >= 0.96
+    assert result.wall_s < 300
+
+
+@pytest.mark.slow
+def test_worker_death_resumes_from_checkpoint(ray_cluster, tmp_path):
+    result = run_training(_config("train_dp.yaml", tmp_path, "fault.kill_worker_at_epoch=4"))
+    # Rank 1 died halfway through epoch 4: the restart loads the checkpoint of epoch 3.
+    assert result.metrics["resumed_from_epoch"] == 3, "the restarted run did not resume from its checkpoint"
+    assert [h["epoch"] for h in result.history] == list(range(1, 9)), "epochs were repeated or skipped"
+    assert [h["resumed_from_epoch"] for h in result.history] == [0, 0, 0, 3, 3, 3, 3, 3]
+    assert result.metrics["test_accuracy"] >= 0.95
+
+
+@pytest.mark.slow
+def test_parquet_input_and_storage_uri(ray_cluster, tmp_path):
+    data = load_mnist1d(4000, 7, 0.2, "~/.cache/scaleforge")
+    for split, (x, y) in {"train": (data["x"], data["y"]), "test": (data["x_test"], data["y_test"])}.items():
+        pq.write_table(pa.table({"x": pa.array(list(x), type=pa.list_(pa.float32())), "y": pa.array(y)}),
+                       tmp_path / f"{split}.parquet")
+    cfg = _config("train_dp.yaml", tmp_path, f"data.source={tmp_path / 'train.parquet'}",
+                  f"data.test_path={tmp_path / 'test.parquet'}", "optim.epochs=3",
+                  f"run.storage_path=file://{tmp_path / 'uri-runs'}")
+    result = run_training(cfg)
+    assert result.metrics["test_accuracy"] > 0.6
+    assert result.checkpoint_path.startswith(str(tmp_path / "uri-runs"))
+    manifest = load_artifact(result.artifact).manifest
+    assert manifest["dataset"]["num_train"] == 3200 and manifest["dataset"]["fingerprint"].startswith("sha256:")
+    assert np.isclose(manifest["metrics"]["test_accuracy"], result.metrics["test_accuracy"])
