@@ -11,6 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 def ray_cluster():
     import ray
 
-    ray.init(num_cpus=4, include_dashboard=False)
+    # address="local": a fresh cluster even if another local one (or a stale address file) exists.
+    ray.init(address="local", num_cpus=4, include_dashboard=False)
     yield ray
     ray.shutdown()

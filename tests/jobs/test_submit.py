@@ -4,9 +4,11 @@ import json
 import re
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -39,8 +41,10 @@ def head():
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token,
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    # Its own temp dir, so this head never becomes the machine's "current cluster" for ray.init().
+    temp_dir = tempfile.mkdtemp(prefix="sfray", dir="/tmp")
     proc = subprocess.Popen(
-        [RAY, "start", "--head", "--block", "--num-cpus=4", "--disable-usage-stats",
+        [RAY, "start", "--head", "--block", "--num-cpus=4", "--disable-usage-stats", f"--temp-dir={temp_dir}",
          "--node-ip-address=127.0.0.1", f"--port={gcs}", "--dashboard-host=127.0.0.1",
          f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={agent}",
          f"--dashboard-agent-grpc-port={agent_grpc}", f"--metrics-export-port={metrics}",
@@ -64,6 +68,7 @@ def head():
     yield address, env
     proc.terminate()
     proc.wait(timeout=60)
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _ray(args, env, timeout=600):

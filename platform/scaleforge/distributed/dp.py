@@ -1,5 +1,6 @@
 """Data-parallel training on Ray Train: ``TorchTrainer`` + DDP, Ray Data shards, resumable checkpoints."""
 
+import logging
 import math
 import os
 import tempfile
@@ -33,6 +34,7 @@ from scaleforge.models import ModelSpec, build_model, count_parameters
 from scaleforge.runtime import ensure_ray
 
 _MODEL_SPEC = TypeAdapter(ModelSpec)
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -167,7 +169,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                 # Ray Train commits a reported checkpoint when its controller next polls the workers;
                 # wait for that so the crash always lands after a durable checkpoint.
                 ray.train.get_all_reported_checkpoints(CheckpointConsistencyMode.COMMITTED, timeout_s=60)
-                print(f"[fault] rank {rank} exits in epoch {epoch + 1} (fault.kill_worker_at_epoch)", flush=True)
+                _log.warning(f"[fault] rank {rank} exits in epoch {epoch + 1} (fault.kill_worker_at_epoch)")
                 os._exit(1)
             lr = learning_rate_at(step, **schedule)
             for group in optimizer.param_groups:
@@ -199,11 +201,10 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         }
         history.append(metrics)
         if rank == 0:
-            print(
+            _log.info(
                 f"[train] epoch {epoch + 1}/{optim.epochs}  loss {metrics['train_loss']:.4f}  "
                 f"train_acc {metrics['train_accuracy']:.4f}  test_acc {metrics['test_accuracy']:.4f}  "
-                f"lr {lr:.2e}  {metrics['samples_per_s']:,.0f} samples/s  ({metrics['epoch_s']:.1f}s)",
-                flush=True,
+                f"lr {lr:.2e}  {metrics['samples_per_s']:,.0f} samples/s  ({metrics['epoch_s']:.1f}s)"
             )
         _report(metrics, epoch, optim.epochs, run.checkpoint_every, rank, module, optimizer,
                 {"epoch": epoch, "step": step, "history": history, "resumed_from_epoch": start_epoch})
