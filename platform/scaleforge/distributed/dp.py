@@ -157,45 +157,23 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     for epoch in range(start_epoch, optim.epochs):
         # Injected fault: the last rank dies halfway through this epoch, on the first attempt only.
         dies_now = fault.kill_worker_at_epoch == epoch + 1 and start_epoch == 0 and rank == world - 1
-        die_at_batch = steps_per_epoch // 2 if dies_now else -1
         began = time.perf_counter()
-        model.train()
-        totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, seen
-        for index, batch in enumerate(train_shard.iter_torch_batches(
-            batch_size=optim.batch_size, dtypes={"x": torch.float32, "y": torch.int64}, device=device,
-            local_shuffle_buffer_size=min(4096, info["num_train"]), local_shuffle_seed=optim.seed + epoch,
-        )):
-            if index == die_at_batch:
-                # Ray Train commits a reported checkpoint when its controller next polls the workers;
-                # wait for that so the crash always lands after a durable checkpoint.
-                ray.train.get_all_reported_checkpoints(CheckpointConsistencyMode.COMMITTED, timeout_s=60)
-                _log.warning(f"[fault] rank {rank} exits in epoch {epoch + 1} (fault.kill_worker_at_epoch)")
-                os._exit(1)
-            lr = learning_rate_at(step, **schedule)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=optim.precision == "bf16"):
-                logits = model(batch["x"])
-                loss = F.cross_entropy(logits.float(), batch["y"])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            step += 1
-            totals += torch.tensor([loss.item() * len(logits), (logits.argmax(1) == batch["y"]).sum().item(), len(logits)])
+        train, step, lr = _train_epoch(model, optimizer, train_shard, device, optim, schedule, step, epoch,
+                                       die_at_batch=steps_per_epoch // 2 if dies_now else -1)
         elapsed = torch.tensor([time.perf_counter() - began])
-        test = _evaluate(model, module, test_shard, device, optim.precision == "bf16")
+        test = _evaluate(module, test_shard, device, optim.precision == "bf16")
         if world > 1:
-            dist.all_reduce(totals)
-            dist.all_reduce(test)
+            for totals in (train, test):
+                dist.all_reduce(totals)
             dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         metrics = {
             "epoch": epoch + 1,
-            "train_loss": totals[0].item() / totals[2].item(),
-            "train_accuracy": totals[1].item() / totals[2].item(),
-            "test_loss": test[0].item() / test[2].item(),
-            "test_accuracy": test[1].item() / test[2].item(),
+            "train_loss": (train[0] / train[2]).item(),
+            "train_accuracy": (train[1] / train[2]).item(),
+            "test_loss": (test[0] / test[2]).item(),
+            "test_accuracy": (test[1] / test[2]).item(),
             "lr": lr,
-            "samples_per_s": totals[2].item() / elapsed.item(),
+            "samples_per_s": train[2].item() / elapsed.item(),
             "epoch_s": elapsed.item(),
             "resumed_from_epoch": start_epoch,
         }
@@ -208,6 +186,36 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             )
         _report(metrics, epoch, optim.epochs, run.checkpoint_every, rank, module, optimizer,
                 {"epoch": epoch, "step": step, "history": history, "resumed_from_epoch": start_epoch})
+
+
+def _train_epoch(model, optimizer, shard, device, optim: OptimSpec, schedule, step: int, epoch: int, die_at_batch: int):
+    """One pass over this rank's shard. Returns ([loss sum, correct, seen], next step, last lr)."""
+    model.train()
+    totals, lr = torch.zeros(3, dtype=torch.float64), 0.0
+    batches = shard.iter_torch_batches(
+        batch_size=optim.batch_size, dtypes={"x": torch.float32, "y": torch.int64}, device=device,
+        local_shuffle_buffer_size=4096, local_shuffle_seed=optim.seed + epoch,
+    )
+    for index, batch in enumerate(batches):
+        if index == die_at_batch:
+            # Ray Train commits a reported checkpoint when its controller next polls the workers;
+            # wait for that so the crash always lands after a durable checkpoint.
+            ray.train.get_all_reported_checkpoints(CheckpointConsistencyMode.COMMITTED, timeout_s=60)
+            _log.warning(f"[fault] rank {dist.get_rank() if dist.is_initialized() else 0} exits in epoch "
+                         f"{epoch + 1} (fault.kill_worker_at_epoch)")
+            os._exit(1)
+        lr = learning_rate_at(step, **schedule)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=optim.precision == "bf16"):
+            logits = model(batch["x"])
+            loss = F.cross_entropy(logits.float(), batch["y"])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        step += 1
+        totals += torch.tensor([loss.item() * len(logits), (logits.argmax(1) == batch["y"]).sum().item(), len(logits)])
+    return totals, step, lr
 
 
 def _report(metrics, epoch, epochs, every, rank, module, optimizer, state) -> None:
@@ -223,16 +231,20 @@ def _report(metrics, epoch, epochs, every, rank, module, optimizer, state) -> No
 
 
 @torch.no_grad()
-def _evaluate(model, module, shard, device, bf16: bool) -> torch.Tensor:
-    """[loss sum, correct, count] of this rank's test shard, with rank 0's BatchNorm statistics."""
+def _evaluate(module, shard, device, bf16: bool) -> torch.Tensor:
+    """[loss sum, correct, count] on this rank's test shard, using rank 0's BatchNorm statistics.
+
+    Runs the unwrapped module: evaluation needs no gradient sync, and ranks may see different
+    numbers of test batches.
+    """
     if dist.is_initialized():
         for buffer in module.buffers():  # evaluate exactly the weights that get exported
             dist.broadcast(buffer, 0)
-    model.eval()
+    module.eval()
     totals = torch.zeros(3, dtype=torch.float64)
     for batch in shard.iter_torch_batches(batch_size=1024, dtypes={"x": torch.float32, "y": torch.int64}, device=device):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = model(batch["x"]).float()
+            logits = module(batch["x"]).float()
         totals += torch.tensor([F.cross_entropy(logits, batch["y"], reduction="sum").item(),
                                 (logits.argmax(1) == batch["y"]).sum().item(), len(logits)])
     return totals
