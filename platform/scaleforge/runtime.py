@@ -20,4 +20,4 @@ def ensure_ray(min_cpus: float) -> None:
         return
     # address="local": always a fresh embedded instance, never a stale or foreign local cluster
     # that ray.init() would otherwise try to join (set RAY_ADDRESS=auto to use one on purpose).
-    ray.init(address="local", num_cpus=max(float(os.cpu_count() or 1), min_cpus), include_dashboard=False)
+    ray.init(address="local", num_cpus=max(float(os.cpu_count() or 1), min_cpus))

@@ -65,6 +65,8 @@ class RunSpec(_Section):
     """Checkpoint every N epochs (and after the last)."""
     keep_checkpoints: PositiveInt = 2
     """Checkpoints retained in storage."""
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
+    """Ray Train's own console logging; WARNING leaves the per-epoch progress lines readable."""
 
 
 class ArtifactSpec(_Section):

@@ -17,7 +17,15 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from pydantic import TypeAdapter
-from ray.train import Checkpoint, CheckpointConfig, CheckpointConsistencyMode, FailureConfig, RunConfig, ScalingConfig
+from ray.train import (
+    Checkpoint,
+    CheckpointConfig,
+    CheckpointConsistencyMode,
+    FailureConfig,
+    LoggingConfig,
+    RunConfig,
+    ScalingConfig,
+)
 from ray.train.torch import TorchConfig, TorchTrainer
 
 from scaleforge.artifacts import save_artifact
@@ -89,6 +97,7 @@ def run_training(cfg: TrainJobConfig) -> TrainingResult:
             storage_path=_storage_uri(cfg.run),
             failure_config=FailureConfig(max_failures=cfg.run.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
+            logging_config=LoggingConfig(log_level=cfg.run.log_level),
         ),
         datasets=data.datasets,
     )
@@ -128,6 +137,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     """
     job, info = config["job"], config["info"]
     optim, run, fault = OptimSpec(**job["optim"]), RunSpec(**job["run"]), FaultSpec(**job["fault"])
+    logging.getLogger("ray.train").setLevel(run.log_level)  # per-report INFO lines drown the progress
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
     device = ray.train.torch.get_device()
