@@ -83,6 +83,13 @@ class FaultSpec(_Section):
     """The last rank calls ``os._exit(1)`` halfway through this (1-based) epoch, once: not after a resume."""
 
 
+class ParallelSpec(_Section):
+    """How the model is split across workers (data parallel by default)."""
+
+    ep: PositiveInt = 1
+    """Expert-parallel degree (MoE models): each group of ``ep`` workers splits the experts."""
+
+
 class TrainJobConfig(_Section):
     """``python -m jobs.train``: data-parallel training on Ray Train."""
 
@@ -90,6 +97,7 @@ class TrainJobConfig(_Section):
     model: ModelSpec = Field(default_factory=CNN1dSpec)
     optim: OptimSpec = Field(default_factory=OptimSpec)
     scaling: ScalingSpec = Field(default_factory=ScalingSpec)
+    parallel: ParallelSpec = Field(default_factory=ParallelSpec)
     run: RunSpec = Field(default_factory=RunSpec)
     artifact: ArtifactSpec = Field(default_factory=ArtifactSpec)
     fault: FaultSpec = Field(default_factory=FaultSpec)
@@ -118,5 +126,17 @@ class TrainJobConfig(_Section):
                     f"fault.kill_worker_at_epoch ({kill}) must come after the first checkpoint "
                     f"(run.checkpoint_every={self.run.checkpoint_every}) and within optim.epochs ({self.optim.epochs})"
                 )
+        self._check_parallel_layout()
         build_model(self.model, info.input_dim, info.num_classes)  # architecture errors surface now
         return self
+
+    def _check_parallel_layout(self) -> None:
+        ep, workers = self.parallel.ep, self.scaling.num_workers
+        if ep == 1:
+            return
+        if self.model.name != "moe":
+            raise ValueError(f"parallel.ep ({ep}) needs an MoE model, got model.name={self.model.name}")
+        if workers % ep:
+            raise ValueError(f"parallel.ep ({ep}) must divide scaling.num_workers ({workers})")
+        if self.model.num_experts % ep:
+            raise ValueError(f"parallel.ep ({ep}) must divide model.num_experts ({self.model.num_experts})")

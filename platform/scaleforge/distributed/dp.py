@@ -7,8 +7,9 @@ import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 import ray
 import ray.train
@@ -29,16 +30,20 @@ from ray.train import (
 from ray.train.torch import TorchConfig, TorchTrainer
 
 from scaleforge.artifacts import save_artifact
-from scaleforge.config.schema import FaultSpec, OptimSpec, RunSpec, TrainJobConfig
+from scaleforge.config.schema import FaultSpec, OptimSpec, ParallelSpec, RunSpec, TrainJobConfig
 from scaleforge.data.ray_datasets import build_ray_datasets
 from scaleforge.distributed.checkpoint import (
     load_model_weights,
-    load_training_state,
+    load_optimizer_state,
     read_trainer_state,
-    save_training_state,
+    save_model_state,
+    save_optimizer_state,
+    write_trainer_state,
 )
+from scaleforge.distributed.ep import expert_groups, gather_expert_state, shard_experts, sync_gradients
 from scaleforge.distributed.schedule import learning_rate_at, peak_learning_rate
 from scaleforge.models import ModelSpec, build_model, count_parameters
+from scaleforge.models.moe import auxiliary_loss, expert_load, moe_layers
 from scaleforge.runtime import ensure_ray
 
 _MODEL_SPEC = TypeAdapter(ModelSpec)
@@ -62,6 +67,10 @@ class TrainingResult:
             f"test accuracy {self.metrics['test_accuracy']:.4f} (loss {self.metrics['test_loss']:.4f}) "
             f"after {len(self.history)} epochs on {self.num_workers} workers, {self.wall_s:.1f} s wall-clock"
         ]
+        if "expert_load_cv" in self.metrics:
+            lines.append(f"expert load: cv {self.metrics['expert_load_cv']:.3f}, busiest expert "
+                         f"{self.metrics['expert_max_over_mean']:.2f}x the mean, dropped "
+                         f"{self.metrics['expert_dropped_fraction']:.2%} (counts {self.metrics['expert_counts']})")
         if self.metrics.get("resumed_from_epoch"):
             lines.append(f"resumed from the checkpoint of epoch {self.metrics['resumed_from_epoch']} after a failure")
         lines.append(f"artifact: {self.artifact} ({self.num_parameters:,} parameters)")
@@ -145,17 +154,20 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         torch.set_num_threads(max(1, int(job["scaling"]["resources_per_worker"].get("CPU", 1))))
     torch.manual_seed(optim.seed)
 
-    model = ray.train.torch.prepare_model(
-        build_model(_MODEL_SPEC.validate_python(job["model"]), info["input_dim"], info["num_classes"])
-    )
-    module = model.module if hasattr(model, "module") else model
-    optimizer = _make_optimizer(module, optim)
-    start_epoch, step, history = 0, 0, []
+    model = build_model(_MODEL_SPEC.validate_python(job["model"]), info["input_dim"], info["num_classes"])
     checkpoint = ray.train.get_checkpoint()
+    start_epoch, step, history = 0, 0, []
+    if checkpoint:  # full weights load before any sharding; each rank then takes its optimiser shard
+        with checkpoint.as_directory() as folder:
+            model.load_state_dict(load_model_weights(Path(folder)))
+            state = read_trainer_state(Path(folder))
+        start_epoch, step, history = state["epoch"] + 1, state["step"], state["history"]
+    layout = _parallelize(model, ParallelSpec(**job["parallel"]), rank)
+    module = layout.module
+    optimizer = _make_optimizer(module, optim)
     if checkpoint:
         with checkpoint.as_directory() as folder:
-            state = load_training_state(Path(folder), module, optimizer)
-        start_epoch, step, history = state["epoch"] + 1, state["step"], state["history"]
+            load_optimizer_state(Path(folder), optimizer, layout.optimizer_shard)
 
     global_batch = optim.batch_size * world
     peak = peak_learning_rate(optim.lr, global_batch, optim.base_batch_size, optim.lr_scaling)
@@ -168,7 +180,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         # Injected fault: the last rank dies halfway through this epoch, on the first attempt only.
         dies_now = fault.kill_worker_at_epoch == epoch + 1 and start_epoch == 0 and rank == world - 1
         began = time.perf_counter()
-        train, step, lr = _train_epoch(model, optimizer, train_shard, device, optim, schedule, step, epoch,
+        for layer in moe_layers(module):
+            layer.reset_stats()
+        train, step, lr = _train_epoch(layout, optimizer, train_shard, device, optim, schedule, step, epoch,
                                        die_at_batch=steps_per_epoch // 2 if dies_now else -1)
         elapsed = torch.tensor([time.perf_counter() - began])
         test = _evaluate(module, test_shard, device, optim.precision == "bf16")
@@ -186,6 +200,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             "samples_per_s": train[2].item() / elapsed.item(),
             "epoch_s": elapsed.item(),
             "resumed_from_epoch": start_epoch,
+            **_expert_load(module),
         }
         history.append(metrics)
         if rank == 0:
@@ -193,13 +208,17 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                 f"[train] epoch {epoch + 1}/{optim.epochs}  loss {metrics['train_loss']:.4f}  "
                 f"train_acc {metrics['train_accuracy']:.4f}  test_acc {metrics['test_accuracy']:.4f}  "
                 f"lr {lr:.2e}  {metrics['samples_per_s']:,.0f} samples/s  ({metrics['epoch_s']:.1f}s)"
+                + (f"  expert load cv {metrics['expert_load_cv']:.3f} dropped {metrics['expert_dropped_fraction']:.3f}"
+                   if "expert_load_cv" in metrics else "")
             )
-        _report(metrics, epoch, optim.epochs, run.checkpoint_every, rank, module, optimizer,
+        _report(metrics, epoch, optim.epochs, run.checkpoint_every, rank, layout, optimizer,
                 {"epoch": epoch, "step": step, "history": history, "resumed_from_epoch": start_epoch})
 
 
-def _train_epoch(model, optimizer, shard, device, optim: OptimSpec, schedule, step: int, epoch: int, die_at_batch: int):
+def _train_epoch(layout: "_Layout", optimizer, shard, device, optim: OptimSpec, schedule, step: int, epoch: int,
+                 die_at_batch: int):
     """One pass over this rank's shard. Returns ([loss sum, correct, seen], next step, last lr)."""
+    model, module = layout.model, layout.module
     model.train()
     totals, lr = torch.zeros(3, dtype=torch.float64), 0.0
     batches = shard.iter_torch_batches(
@@ -219,25 +238,69 @@ def _train_epoch(model, optimizer, shard, device, optim: OptimSpec, schedule, st
             group["lr"] = lr
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=optim.precision == "bf16"):
             logits = model(batch["x"])
-            loss = F.cross_entropy(logits.float(), batch["y"])
+            loss = F.cross_entropy(logits.float(), batch["y"]) + auxiliary_loss(module)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if layout.sync_gradients:
+            layout.sync_gradients()
         optimizer.step()
         step += 1
         totals += torch.tensor([loss.item() * len(logits), (logits.argmax(1) == batch["y"]).sum().item(), len(logits)])
     return totals, step, lr
 
 
-def _report(metrics, epoch, epochs, every, rank, module, optimizer, state) -> None:
+def _expert_load(module) -> dict[str, Any]:
+    """Per-epoch MoE routing statistics summed over ranks (empty for dense models)."""
+    layers = moe_layers(module)
+    if dist.is_initialized():
+        for layer in layers:
+            for buffer in (layer.expert_counts, layer.dropped, layer.routed):
+                dist.all_reduce(buffer)
+    load = expert_load(module)
+    if load is None:
+        return {}
+    return {"expert_counts": load["expert_counts"], "expert_load_cv": load["load_cv"],
+            "expert_max_over_mean": load["max_over_mean_load"], "expert_dropped_fraction": load["dropped_fraction"]}
+
+
+def _report(metrics, epoch, epochs, every, rank, layout: "_Layout", optimizer, state) -> None:
     if (epoch + 1) % every and epoch + 1 != epochs:
         ray.train.report(metrics)
         return
+    model_state = layout.full_state()  # a collective under expert parallelism: every rank calls it
+    writes = rank == 0 or bool(layout.optimizer_shard)
     with tempfile.TemporaryDirectory() as folder:
-        checkpoint = None
-        if rank == 0:  # DDP ranks hold identical weights; one copy is enough
-            save_training_state(Path(folder), module, optimizer, state)
-            checkpoint = Checkpoint.from_directory(folder)
-        ray.train.report(metrics, checkpoint=checkpoint)
+        if rank == 0:  # replicated weights: one full copy is enough
+            save_model_state(Path(folder), model_state)
+            write_trainer_state(Path(folder), state)
+        if writes:  # Ray Train gathers every reporting rank's files into one checkpoint folder
+            save_optimizer_state(Path(folder), optimizer, layout.optimizer_shard)
+        ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder) if writes else None)
+
+
+@dataclass
+class _Layout:
+    """The model as this rank trains it: the wrapped model, the bare module and what the split needs."""
+
+    model: torch.nn.Module
+    module: torch.nn.Module
+    full_state: Callable[[], dict[str, torch.Tensor]]
+    sync_gradients: Optional[Callable[[], None]] = None
+    optimizer_shard: str = ""
+
+
+def _parallelize(model: torch.nn.Module, parallel: ParallelSpec, rank: int) -> _Layout:
+    """DDP for replicated models; for ``parallel.ep > 1``, experts sharded with all_to_all dispatch
+    and gradients averaged per replica group (DDP cannot mix sharded and replicated parameters)."""
+    if parallel.ep == 1:
+        wrapped = ray.train.torch.prepare_model(model)
+        module = wrapped.module if hasattr(wrapped, "module") else wrapped
+        return _Layout(wrapped, module, module.state_dict)
+    model = ray.train.torch.prepare_model(model, parallel_strategy=None)
+    groups = expert_groups(parallel.ep)
+    shard_experts(model, groups)
+    return _Layout(model, model, partial(gather_expert_state, model, groups),
+                   partial(sync_gradients, model, groups), optimizer_shard=f".rank{rank}")
 
 
 @torch.no_grad()

@@ -12,14 +12,16 @@ from torch import nn
 
 from scaleforge.models.cnn1d import CNN1d, CNN1dSpec
 from scaleforge.models.mlp import MLP, MLPSpec
+from scaleforge.models.moe import MoEClassifier, MoESpec
 from scaleforge.models.transformer import TransformerClassifier, TransformerSpec
 
-ModelSpec = Annotated[Union[MLPSpec, CNN1dSpec, TransformerSpec], Field(discriminator="name")]
+ModelSpec = Annotated[Union[MLPSpec, CNN1dSpec, TransformerSpec, MoESpec], Field(discriminator="name")]
 
 _BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "mlp": MLP,
     "cnn1d": CNN1d,
     "transformer": TransformerClassifier,
+    "moe": MoEClassifier,
 }
 MODEL_NAMES = tuple(_BUILDERS)
 
@@ -45,4 +47,6 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["ModelSpec", "MODEL_NAMES", "build_model", "count_parameters", "MLPSpec", "CNN1dSpec", "TransformerSpec"]
+__all__ = [
+    "ModelSpec", "MODEL_NAMES", "build_model", "count_parameters", "MLPSpec", "CNN1dSpec", "TransformerSpec", "MoESpec",
+]

@@ -25,29 +25,39 @@ class CNN1dSpec(BaseModel):
     """Dropout probability before the classifier."""
 
 
+def conv_blocks(channels: list[int], kernel_size: int, pool: bool, input_dim: int, family: str):
+    """Conv1d -> BatchNorm -> ReLU blocks (MaxPool1d(2) after each but the first if ``pool``).
+
+    Returns:
+        (blocks, output channels, output length).
+    """
+    blocks: list[nn.Module] = []
+    in_channels, length = 1, input_dim
+    for i, out_channels in enumerate(channels):
+        blocks += [
+            nn.Conv1d(in_channels, out_channels, kernel_size, padding=kernel_size // 2),
+            nn.BatchNorm1d(out_channels),
+            nn.ReLU(),
+        ]
+        length = length + 2 * (kernel_size // 2) - kernel_size + 1
+        if pool and i > 0:
+            blocks.append(nn.MaxPool1d(2))
+            length //= 2
+        in_channels = out_channels
+    if length < 1:
+        raise ValueError(
+            f"{family}: input length {input_dim} shrinks to {length} after {len(channels)} "
+            "blocks; use fewer blocks, pool=false or a smaller kernel_size"
+        )
+    return blocks, in_channels, length
+
+
 class CNN1d(nn.Module):
     """Conv blocks over a single-channel sequence, then an MLP head on the flattened maps."""
 
     def __init__(self, spec: CNN1dSpec, input_dim: int, num_classes: int):
         super().__init__()
-        blocks: list[nn.Module] = []
-        in_channels, length = 1, input_dim
-        for i, out_channels in enumerate(spec.channels):
-            blocks += [
-                nn.Conv1d(in_channels, out_channels, spec.kernel_size, padding=spec.kernel_size // 2),
-                nn.BatchNorm1d(out_channels),
-                nn.ReLU(),
-            ]
-            length = length + 2 * (spec.kernel_size // 2) - spec.kernel_size + 1
-            if spec.pool and i > 0:
-                blocks.append(nn.MaxPool1d(2))
-                length //= 2
-            in_channels = out_channels
-        if length < 1:
-            raise ValueError(
-                f"cnn1d: input length {input_dim} shrinks to {length} after {len(spec.channels)} "
-                "blocks; use fewer blocks, pool=false or a smaller kernel_size"
-            )
+        blocks, in_channels, length = conv_blocks(spec.channels, spec.kernel_size, spec.pool, input_dim, "cnn1d")
         self.features = nn.Sequential(*blocks)
         self.head = nn.Sequential(
             nn.Flatten(),

@@ -1,0 +1,223 @@
+"""Mixture-of-Experts classifier: a conv stem, sparse MoE blocks, a linear head.
+
+Only the experts a gate selects compute for an input: tokens are dispatched to experts by
+index (gather, run, scatter-add), so compute grows with k, not with the number of experts.
+Expert parallelism lives in ``scaleforge.distributed.ep``; this file is architecture only.
+"""
+
+import math
+from typing import Callable, Literal, Optional
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from torch import nn
+
+from scaleforge.models.cnn1d import conv_blocks
+from scaleforge.routing import Routing, gumbel_gate, load_balancing_loss, noisy_topk_gate, router_z_loss, topk_gate
+
+
+class MoESpec(BaseModel):
+    """Architecture of a :class:`MoEClassifier`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["moe"] = "moe"
+    stem_channels: list[PositiveInt] = Field(default=[32, 32], min_length=1)
+    """Conv1d -> BN -> ReLU blocks (MaxPool after each but the first) before the experts."""
+    d_model: PositiveInt = 64
+    """Width of the representation that the gate routes and the experts transform."""
+    num_experts: PositiveInt = 8
+    """Expert MLPs per MoE block."""
+    expert_hidden: PositiveInt = 64
+    """Hidden width of each expert."""
+    num_blocks: PositiveInt = 1
+    """Residual MoE blocks."""
+    top_k: PositiveInt = 2
+    """Experts per input (1: Switch-style)."""
+    gate: Literal["topk", "noisy_topk", "gumbel"] = "topk"
+    """Softmax top-k, noisy top-k (Shazeer et al. 2017) or Gumbel-softmax straight-through."""
+    gumbel_temperature: float = Field(default=1.0, gt=0.0)
+    """Temperature of the Gumbel-softmax gate."""
+    capacity_factor: float = 1.25
+    """Training capacity per expert = capacity_factor * tokens * k / num_experts; overflow is dropped."""
+    aux_loss_weight: float = Field(default=0.01, ge=0.0)
+    """alpha of the load-balancing loss (Switch Transformer: 0.01)."""
+    z_loss_weight: float = Field(default=0.0, ge=0.0)
+    """Weight of the router z-loss (0 disables it)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "MoESpec":
+        if self.top_k > self.num_experts:
+            raise ValueError(f"model.top_k ({self.top_k}) must not exceed model.num_experts ({self.num_experts})")
+        if self.capacity_factor <= 0:
+            raise ValueError(f"model.capacity_factor must be > 0, got {self.capacity_factor}")
+        return self
+
+
+class Expert(nn.Module):
+    """One expert: a two-layer MLP on the routed representation."""
+
+    def __init__(self, d_model: int, hidden: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, hidden), nn.GELU(), nn.Linear(hidden, d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+# (tokens, routing, experts, capacity) -> (combined output, kept assignments per expert)
+Dispatcher = Callable[[torch.Tensor, Routing, nn.ModuleList, int], tuple[torch.Tensor, torch.Tensor]]
+
+
+class MoELayer(nn.Module):
+    """Gate + experts. Call with [tokens, d_model]; returns the weighted sum of the chosen experts.
+
+    After each forward, ``aux_loss`` holds the weighted load-balancing (+ z) loss and the
+    ``expert_counts`` / ``dropped`` buffers accumulate routing statistics until reset.
+    """
+
+    def __init__(self, spec: MoESpec):
+        super().__init__()
+        self.spec = spec
+        self.num_experts = spec.num_experts
+        self.router = nn.Linear(spec.d_model, spec.num_experts, bias=False)
+        self.noise = nn.Linear(spec.d_model, spec.num_experts, bias=False) if spec.gate == "noisy_topk" else None
+        self.experts = nn.ModuleList(Expert(spec.d_model, spec.expert_hidden) for _ in range(spec.num_experts))
+        self.dispatcher: Dispatcher = dispatch_local
+        # Global statistics hook: sums a tensor over the expert-parallel group (identity locally).
+        self.all_reduce: Callable[[torch.Tensor], torch.Tensor] = lambda t: t
+        self.register_buffer("expert_counts", torch.zeros(spec.num_experts), persistent=False)
+        self.register_buffer("dropped", torch.zeros(()), persistent=False)
+        self.register_buffer("routed", torch.zeros(()), persistent=False)
+        self.aux_loss = torch.zeros(())
+
+    def route(self, x: torch.Tensor) -> Routing:
+        logits = self.router(x)
+        if self.spec.gate == "noisy_topk":
+            routing = noisy_topk_gate(logits, self.noise(x), self.spec.top_k, self.training)
+        elif self.spec.gate == "gumbel":
+            routing = gumbel_gate(logits, self.spec.top_k, self.spec.gumbel_temperature, self.training)
+        else:
+            routing = topk_gate(logits, self.spec.top_k)
+        return routing
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        routing = self.route(x)
+        tokens, k = routing.experts.shape
+        total_tokens = self.all_reduce(torch.tensor(float(tokens)))
+        capacity = _capacity(self.spec.capacity_factor, tokens, k, self.num_experts) if self.training else tokens * k
+        out, kept = self.dispatcher(x, routing, self.experts, capacity)
+        assigned = torch.bincount(routing.experts.reshape(-1), minlength=self.num_experts).to(x.dtype)
+        assigned = self.all_reduce(assigned)
+        mean_probs = self.all_reduce(routing.probs.sum(dim=0)) / total_tokens
+        self.aux_loss = self.spec.aux_loss_weight * load_balancing_loss(assigned / assigned.sum(), mean_probs)
+        if self.spec.z_loss_weight:
+            self.aux_loss = self.aux_loss + self.spec.z_loss_weight * router_z_loss(routing.logits)
+        with torch.no_grad():
+            self.expert_counts += kept.to(self.expert_counts.dtype)
+            self.routed += tokens * k
+            self.dropped += tokens * k - kept.sum()
+        return out
+
+    def reset_stats(self) -> None:
+        for buffer in (self.expert_counts, self.dropped, self.routed):
+            buffer.zero_()
+
+
+def _capacity(factor: float, tokens: int, k: int, num_experts: int) -> int:
+    return max(1, math.ceil(factor * tokens * k / num_experts))
+
+
+def assignment_order(routing: Routing) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Flatten routing choice-major (every token's first choice before any second choice), the
+    priority order in which capacity is granted (GShard/Switch).
+
+    Returns:
+        (expert, token, weight) per assignment, each of length tokens * k.
+    """
+    tokens, k = routing.experts.shape
+    expert = routing.experts.t().reshape(-1)
+    token = torch.arange(tokens, device=expert.device).repeat(k)
+    weight = routing.weights.t().reshape(-1)
+    return expert, token, weight
+
+
+def within_capacity(expert: torch.Tensor, num_experts: int, capacity: int) -> torch.Tensor:
+    """Mask of the assignments that fit: the first ``capacity`` per expert in priority order."""
+    one_hot = torch.nn.functional.one_hot(expert, num_experts)
+    position = (one_hot.cumsum(dim=0) * one_hot).sum(dim=1) - 1
+    return position < capacity
+
+
+def sorted_assignments(routing: Routing, num_experts: int, capacity: int):
+    """The assignments that fit in capacity, sorted by expert (stable, so priority order holds).
+
+    Returns:
+        (expert, token, weight, counts): per kept assignment, and kept assignments per expert.
+    """
+    expert, token, weight = assignment_order(routing)
+    keep = within_capacity(expert, num_experts, capacity)
+    expert, token, weight = expert[keep], token[keep], weight[keep]
+    order = torch.argsort(expert, stable=True)
+    return expert[order], token[order], weight[order], torch.bincount(expert, minlength=num_experts)
+
+
+def dispatch_local(x: torch.Tensor, routing: Routing, experts: nn.ModuleList, capacity: int):
+    """Run every expert on exactly the tokens routed to it (all experts in this process).
+
+    One gather, one contiguous slice per expert, one scatter-add: the work is the k chosen
+    experts' matmuls, whatever the number of experts.
+    """
+    _, token, weight, counts = sorted_assignments(routing, len(experts), capacity)
+    chunks = x[token].split(counts.tolist())
+    outputs = torch.cat([module(chunk) for module, chunk in zip(experts, chunks)])
+    return torch.zeros_like(x).index_add(0, token, outputs * weight[:, None]), counts
+
+
+class MoEClassifier(nn.Module):
+    """Conv stem -> d_model representation -> residual MoE blocks -> linear head."""
+
+    def __init__(self, spec: MoESpec, input_dim: int, num_classes: int):
+        super().__init__()
+        blocks, channels, length = conv_blocks(spec.stem_channels, 5, True, input_dim, "moe")
+        self.stem = nn.Sequential(*blocks, nn.Flatten(), nn.Linear(channels * length, spec.d_model), nn.ReLU())
+        self.norms = nn.ModuleList(nn.LayerNorm(spec.d_model) for _ in range(spec.num_blocks))
+        self.moe = nn.ModuleList(MoELayer(spec) for _ in range(spec.num_blocks))
+        self.head = nn.Linear(spec.d_model, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.stem(x.unsqueeze(1))
+        for norm, moe in zip(self.norms, self.moe):
+            h = h + moe(norm(h))
+        return self.head(h)
+
+    def aux_loss(self) -> torch.Tensor:
+        """Sum of the MoE blocks' load-balancing (+ z) losses from the last forward."""
+        return auxiliary_loss(self)
+
+
+def moe_layers(model: nn.Module) -> list[MoELayer]:
+    """Every MoE layer inside ``model`` (unwrapping DDP)."""
+    return [m for m in model.modules() if isinstance(m, MoELayer)]
+
+
+def auxiliary_loss(model: nn.Module) -> torch.Tensor | float:
+    """Sum of every MoE layer's auxiliary loss from the last forward (0.0 for dense models)."""
+    return sum((layer.aux_loss for layer in moe_layers(model)), 0.0)
+
+
+def expert_load(model: nn.Module) -> Optional[dict[str, object]]:
+    """Routing statistics accumulated since the last reset: per-expert counts, CV, dropped share."""
+    layers = moe_layers(model)
+    if not layers:
+        return None
+    counts = torch.stack([layer.expert_counts for layer in layers]).sum(dim=0)
+    routed = sum(float(layer.routed) for layer in layers)
+    dropped = sum(float(layer.dropped) for layer in layers)
+    mean = counts.mean()
+    return {
+        "expert_counts": [int(c) for c in counts.tolist()],
+        "load_cv": float(counts.std(unbiased=False) / mean) if mean > 0 else 0.0,
+        "max_over_mean_load": float(counts.max() / mean) if mean > 0 else 0.0,
+        "dropped_fraction": dropped / routed if routed else 0.0,
+    }

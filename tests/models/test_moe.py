@@ -1,0 +1,84 @@
+"""The MoE layer dispatches by index: capacity, statistics, and compute that follows k."""
+
+import time
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from scaleforge.config import ConfigError, TrainJobConfig, load_config
+from scaleforge.models import MoESpec, build_model
+from scaleforge.models.moe import MoELayer, expert_load
+from conftest import REPO
+
+
+def _dense_reference(layer: MoELayer, x: torch.Tensor) -> torch.Tensor:
+    """Every expert on every token, masked by the gate: what sparse dispatch must equal."""
+    routing = layer.route(x)
+    outputs = torch.stack([expert(x) for expert in layer.experts], dim=1)  # [tokens, experts, d]
+    gate = torch.zeros(x.shape[0], layer.num_experts).scatter(1, routing.experts, routing.weights)
+    return (outputs * gate[..., None]).sum(dim=1)
+
+
+def test_sparse_dispatch_equals_dense_masking():
+    torch.manual_seed(0)
+    layer = MoELayer(MoESpec(d_model=16, num_experts=6, expert_hidden=8, top_k=2)).eval()
+    x = torch.randn(50, 16)
+    torch.testing.assert_close(layer(x), _dense_reference(layer, x), atol=1e-5, rtol=1e-5)
+
+
+def test_capacity_drops_overflow_and_counts_it():
+    torch.manual_seed(0)
+    layer = MoELayer(MoESpec(d_model=8, num_experts=4, expert_hidden=8, top_k=1, capacity_factor=0.5)).train()
+    with torch.no_grad():
+        layer.router.weight.zero_()
+        layer.router.weight[0] = 1.0  # push every token towards expert 0
+    x = torch.rand(40, 8) + 0.1
+    out = layer(x)
+    capacity = 5  # ceil(0.5 * 40 * 1 / 4)
+    assert layer.expert_counts.tolist() == [capacity, 0, 0, 0]
+    assert layer.dropped.item() == 40 - capacity
+    assert (out.abs().sum(dim=1) > 0).sum().item() == capacity  # dropped tokens get no expert output
+    load = expert_load(torch.nn.ModuleList([layer]))
+    assert load["dropped_fraction"] == pytest.approx(35 / 40)
+
+
+def test_top1_of_16_experts_costs_far_less_than_running_all_16():
+    torch.manual_seed(0)
+    layer = MoELayer(MoESpec(d_model=256, num_experts=16, expert_hidden=1024, top_k=1)).eval()
+    x = torch.randn(1024, 256)
+
+    def best_of(fn, repeats=5):
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            with torch.no_grad():
+                fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    sparse, dense = best_of(lambda: layer(x)), best_of(lambda: _dense_reference(layer, x))
+    assert sparse < 0.7 * dense, f"top-1 {sparse * 1e3:.1f} ms vs all experts {dense * 1e3:.1f} ms"
+
+
+def test_moe_config_errors():
+    with pytest.raises(ValidationError, match=r"model.top_k \(9\) must not exceed model.num_experts \(8\)"):
+        MoESpec(top_k=9)
+    with pytest.raises(ValidationError, match="model.capacity_factor must be > 0"):
+        MoESpec(capacity_factor=0)
+    cases = {
+        "parallel.ep=3": "parallel.ep (3) must divide scaling.num_workers (2)",
+        "model.num_experts=5": "parallel.ep (2) must divide model.num_experts (5)",
+    }
+    for override, message in cases.items():
+        with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            overrides = [override] if override.startswith("parallel") else [override, "parallel.ep=2", "model.top_k=2"]
+            load_config(TrainJobConfig, REPO / "configs/train_moe.yaml", overrides)
+    with pytest.raises(ConfigError, match=r"parallel.ep \(2\) needs an MoE model"):
+        load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", ["parallel.ep=2"])
+
+
+def test_moe_classifier_in_the_registry():
+    model = build_model(MoESpec(), 40, 10)
+    logits = model(torch.randn(8, 40))
+    assert logits.shape == (8, 10) and model.aux_loss().item() > 0
