@@ -8,23 +8,15 @@ from pydantic import ValidationError
 
 from scaleforge.config import ConfigError, TrainJobConfig, load_config
 from scaleforge.models import MoESpec, build_model
-from scaleforge.models.moe import MoELayer, expert_load
+from scaleforge.models.moe import MoELayer, dense_forward, expert_load
 from conftest import REPO
-
-
-def _dense_reference(layer: MoELayer, x: torch.Tensor) -> torch.Tensor:
-    """Every expert on every token, masked by the gate: what sparse dispatch must equal."""
-    routing = layer.route(x)
-    outputs = torch.stack([expert(x) for expert in layer.experts], dim=1)  # [tokens, experts, d]
-    gate = torch.zeros(x.shape[0], layer.num_experts).scatter(1, routing.experts, routing.weights)
-    return (outputs * gate[..., None]).sum(dim=1)
 
 
 def test_sparse_dispatch_equals_dense_masking():
     torch.manual_seed(0)
     layer = MoELayer(MoESpec(d_model=16, num_experts=6, expert_hidden=8, top_k=2)).eval()
     x = torch.randn(50, 16)
-    torch.testing.assert_close(layer(x), _dense_reference(layer, x), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(layer(x), dense_forward(layer, x), atol=1e-5, rtol=1e-5)
 
 
 def test_capacity_drops_overflow_and_counts_it():
@@ -57,7 +49,7 @@ def test_top1_of_16_experts_costs_far_less_than_running_all_16():
             times.append(time.perf_counter() - start)
         return min(times)
 
-    sparse, dense = best_of(lambda: layer(x)), best_of(lambda: _dense_reference(layer, x))
+    sparse, dense = best_of(lambda: layer(x)), best_of(lambda: dense_forward(layer, x))
     assert sparse < 0.7 * dense, f"top-1 {sparse * 1e3:.1f} ms vs all experts {dense * 1e3:.1f} ms"
 
 
@@ -82,3 +74,23 @@ def test_moe_classifier_in_the_registry():
     model = build_model(MoESpec(), 40, 10)
     logits = model(torch.randn(8, 40))
     assert logits.shape == (8, 10) and model.aux_loss().item() > 0
+
+
+def test_transformer_with_moe_feed_forward_routes_every_token():
+    from scaleforge.models import TransformerSpec
+    from scaleforge.models.moe import moe_layers
+
+    spec = TransformerSpec(d_model=32, num_heads=4, num_layers=2, moe={"num_experts": 4, "expert_hidden": 16, "top_k": 1})
+    model = build_model(spec, 40, 10)
+    logits = model(torch.randn(6, 40))
+    (logits.sum() + model_aux(model)).backward()
+    layers = moe_layers(model)
+    assert logits.shape == (6, 10) and len(layers) == 2
+    assert all(layer.routed.item() == 6 * 10 for layer in layers)  # 10 patch tokens per input, k=1
+    assert all(e.net[0].weight.grad is not None for layer in layers for e in layer.experts if layer.expert_counts.sum())
+
+
+def model_aux(model):
+    from scaleforge.models.moe import auxiliary_loss
+
+    return auxiliary_loss(model)

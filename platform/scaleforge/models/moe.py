@@ -174,6 +174,15 @@ def dispatch_local(x: torch.Tensor, routing: Routing, experts: nn.ModuleList, ca
     return torch.zeros_like(x).index_add(0, token, outputs * weight[:, None]), counts
 
 
+def dense_forward(layer: MoELayer, x: torch.Tensor) -> torch.Tensor:
+    """Every expert on every token, masked by the gate: the dense computation that sparse
+    dispatch replaces (a reference for tests and benchmarks; no capacity limit)."""
+    routing = layer.route(x)
+    outputs = torch.stack([expert(x) for expert in layer.experts], dim=1)  # [tokens, experts, d]
+    gate = torch.zeros(x.shape[0], layer.num_experts, dtype=x.dtype).scatter(1, routing.experts, routing.weights)
+    return (outputs * gate[..., None]).sum(dim=1)
+
+
 class MoEClassifier(nn.Module):
     """Conv stem -> d_model representation -> residual MoE blocks -> linear head."""
 
