@@ -37,4 +37,7 @@ def test_expert_parallel_job_trains_and_exports_the_full_model(ray_cluster, tmp_
     artifact = load_artifact(result.artifact)
     assert artifact.manifest["model"]["num_experts"] == 8
     assert len(artifact.model.moe[0].experts) == 8  # gathered from both ranks
+    parts = artifact.manifest["moe_parts"]
+    assert load_artifact(parts["gate"]).manifest["model"]["name"] == "moe_gate"
+    assert [load_artifact(p).manifest["moe_part"]["expert"] for p in parts["experts"]] == list(range(8))
     assert result.metrics["test_accuracy"] > 0.8

@@ -94,3 +94,24 @@ def model_aux(model):
     from scaleforge.models.moe import auxiliary_loss
 
     return auxiliary_loss(model)
+
+
+@pytest.mark.parametrize("gate", ["topk", "noisy_topk", "gumbel"])
+def test_gate_and_expert_parts_reproduce_the_whole_model(tmp_path, gate):
+    from scaleforge.artifacts import load_artifact, save_artifact
+    from scaleforge.artifacts.parts import save_moe_parts
+    from scaleforge.models.moe_parts import combine_parts
+
+    torch.manual_seed(0)
+    spec = MoESpec(gate=gate, top_k=2, num_experts=4)
+    model = build_model(spec, 40, 10).eval()
+    parts = save_moe_parts(tmp_path / "moe", model, spec, input_dim=40, num_classes=10, dataset={})
+    save_artifact(tmp_path / "moe", model, spec, input_dim=40, num_classes=10, extra={"moe_parts": parts})
+    gate_part = load_artifact(parts["gate"])
+    experts = [load_artifact(p) for p in parts["experts"]]
+    assert gate_part.manifest["model"]["name"] == "moe_gate" and gate_part.manifest["num_classes"] == 4
+    assert all(e.manifest["model"]["num_experts"] == 1 for e in experts)
+    x = torch.randn(32, 40)
+    with torch.no_grad():
+        combined = combine_parts(gate_part.model(x), torch.stack([e.model(x) for e in experts], dim=1), spec)
+        torch.testing.assert_close(combined, load_artifact(tmp_path / "moe").model(x), atol=1e-5, rtol=1e-5)

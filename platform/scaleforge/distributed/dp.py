@@ -30,6 +30,7 @@ from ray.train import (
 from ray.train.torch import TorchConfig, TorchTrainer
 
 from scaleforge.artifacts import save_artifact
+from scaleforge.artifacts.parts import save_moe_parts
 from scaleforge.config.schema import FaultSpec, OptimSpec, ParallelSpec, RunSpec, TrainJobConfig
 from scaleforge.data.ray_datasets import build_ray_datasets
 from scaleforge.distributed.checkpoint import (
@@ -116,6 +117,11 @@ def run_training(cfg: TrainJobConfig) -> TrainingResult:
         model = build_model(cfg.model, data.info.input_dim, data.info.num_classes)
         model.load_state_dict(load_model_weights(Path(folder)))
     final = state["history"][-1]
+    dataset = {"source": cfg.data.source, "fingerprint": data.fingerprint, **asdict(data.info)}
+    parts = {}
+    if cfg.model.name == "moe" and cfg.model.num_blocks == 1:
+        parts = {"moe_parts": save_moe_parts(cfg.artifact.dir, model, cfg.model, input_dim=data.info.input_dim,
+                                             num_classes=data.info.num_classes, dataset=dataset)}
     artifact = save_artifact(
         cfg.artifact.dir,
         model,
@@ -123,9 +129,9 @@ def run_training(cfg: TrainJobConfig) -> TrainingResult:
         input_dim=data.info.input_dim,
         num_classes=data.info.num_classes,
         metrics={k: final[k] for k in ("test_accuracy", "test_loss", "train_accuracy", "train_loss")},
-        dataset={"source": cfg.data.source, "fingerprint": data.fingerprint, **asdict(data.info)},
+        dataset=dataset,
         extra={"training": {"job": "train", "run": run_name, "checkpoint": result.checkpoint.path,
-                            "num_workers": scaling.num_workers, "epochs": len(state["history"])}},
+                            "num_workers": scaling.num_workers, "epochs": len(state["history"])}, **parts},
     )
     return TrainingResult(
         metrics={**final, "resumed_from_epoch": state["resumed_from_epoch"]},

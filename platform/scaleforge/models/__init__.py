@@ -13,15 +13,17 @@ from torch import nn
 from scaleforge.models.cnn1d import CNN1d, CNN1dSpec
 from scaleforge.models.mlp import MLP, MLPSpec
 from scaleforge.models.moe import MoEClassifier, MoESpec
+from scaleforge.models.moe_parts import MoEGate, MoEGateSpec
 from scaleforge.models.transformer import TransformerClassifier, TransformerSpec
 
-ModelSpec = Annotated[Union[MLPSpec, CNN1dSpec, TransformerSpec, MoESpec], Field(discriminator="name")]
+ModelSpec = Annotated[Union[MLPSpec, CNN1dSpec, TransformerSpec, MoESpec, MoEGateSpec], Field(discriminator="name")]
 
 _BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "mlp": MLP,
     "cnn1d": CNN1d,
     "transformer": TransformerClassifier,
     "moe": MoEClassifier,
+    "moe_gate": MoEGate,
 }
 MODEL_NAMES = tuple(_BUILDERS)
 
