@@ -60,14 +60,17 @@ def test_moe_config_errors():
         MoESpec(capacity_factor=0)
     cases = {
         "parallel.ep=3": "parallel.ep (3) must divide scaling.num_workers (2)",
-        "model.num_experts=5": "parallel.ep (2) must divide model.num_experts (5)",
+        "model.num_experts=5": "parallel.ep (2) must divide the number of experts (5)",
     }
     for override, message in cases.items():
         with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
             overrides = [override] if override.startswith("parallel") else [override, "parallel.ep=2", "model.top_k=2"]
             load_config(TrainJobConfig, REPO / "configs/train_moe.yaml", overrides)
-    with pytest.raises(ConfigError, match=r"parallel.ep \(2\) needs an MoE model"):
+    with pytest.raises(ConfigError, match=r"parallel.ep \(2\) needs MoE layers"):
         load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", ["parallel.ep=2"])
+    moe_transformer = load_config(TrainJobConfig, REPO / "configs/train_dp.yaml",
+                                  ["model={name: transformer, moe: {num_experts: 4}}", "parallel.ep=2"])
+    assert moe_transformer.model.moe.num_experts == 4
 
 
 def test_moe_classifier_in_the_registry():

@@ -134,9 +134,10 @@ class TrainJobConfig(_Section):
         ep, workers = self.parallel.ep, self.scaling.num_workers
         if ep == 1:
             return
-        if self.model.name != "moe":
-            raise ValueError(f"parallel.ep ({ep}) needs an MoE model, got model.name={self.model.name}")
+        moe = self.model if self.model.name == "moe" else getattr(self.model, "moe", None)
+        if moe is None:
+            raise ValueError(f"parallel.ep ({ep}) needs MoE layers: model.name=moe or a transformer with model.moe")
         if workers % ep:
             raise ValueError(f"parallel.ep ({ep}) must divide scaling.num_workers ({workers})")
-        if self.model.num_experts % ep:
-            raise ValueError(f"parallel.ep ({ep}) must divide model.num_experts ({self.model.num_experts})")
+        if moe.num_experts % ep:
+            raise ValueError(f"parallel.ep ({ep}) must divide the number of experts ({moe.num_experts})")
