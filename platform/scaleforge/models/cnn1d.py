@@ -19,14 +19,17 @@ class CNN1dSpec(BaseModel):
     """Convolution kernel width (odd sizes keep the sequence length)."""
     pool: bool = False
     """Halve the sequence with MaxPool1d(2) after every block but the first."""
+    batch_norm: bool = True
+    """BatchNorm after each convolution (off for parameter servers, which share parameters only)."""
     hidden: PositiveInt = 128
     """Width of the fully connected layer after the convolutions."""
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     """Dropout probability before the classifier."""
 
 
-def conv_blocks(channels: list[int], kernel_size: int, pool: bool, input_dim: int, family: str):
-    """Conv1d -> BatchNorm -> ReLU blocks (MaxPool1d(2) after each but the first if ``pool``).
+def conv_blocks(channels: list[int], kernel_size: int, pool: bool, input_dim: int, family: str,
+                batch_norm: bool = True):
+    """Conv1d -> BatchNorm (if ``batch_norm``) -> ReLU blocks (MaxPool1d(2) after each but the first if ``pool``).
 
     Returns:
         (blocks, output channels, output length).
@@ -34,11 +37,10 @@ def conv_blocks(channels: list[int], kernel_size: int, pool: bool, input_dim: in
     blocks: list[nn.Module] = []
     in_channels, length = 1, input_dim
     for i, out_channels in enumerate(channels):
-        blocks += [
-            nn.Conv1d(in_channels, out_channels, kernel_size, padding=kernel_size // 2),
-            nn.BatchNorm1d(out_channels),
-            nn.ReLU(),
-        ]
+        blocks.append(nn.Conv1d(in_channels, out_channels, kernel_size, padding=kernel_size // 2))
+        if batch_norm:
+            blocks.append(nn.BatchNorm1d(out_channels))
+        blocks.append(nn.ReLU())
         length = length + 2 * (kernel_size // 2) - kernel_size + 1
         if pool and i > 0:
             blocks.append(nn.MaxPool1d(2))
@@ -57,7 +59,8 @@ class CNN1d(nn.Module):
 
     def __init__(self, spec: CNN1dSpec, input_dim: int, num_classes: int):
         super().__init__()
-        blocks, in_channels, length = conv_blocks(spec.channels, spec.kernel_size, spec.pool, input_dim, "cnn1d")
+        blocks, in_channels, length = conv_blocks(spec.channels, spec.kernel_size, spec.pool, input_dim, "cnn1d",
+                                                spec.batch_norm)
         self.features = nn.Sequential(*blocks)
         self.head = nn.Sequential(
             nn.Flatten(),

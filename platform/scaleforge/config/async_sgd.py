@@ -1,0 +1,76 @@
+"""Schema of the parameter-server job (``jobs.async_sgd``)."""
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from torch import nn
+
+from scaleforge.config.schema import ArtifactSpec, _Section
+from scaleforge.data import DataSpec, describe
+from scaleforge.models import CNN1dSpec, ModelSpec, build_model, count_parameters
+
+
+class ServerSpec(_Section):
+    """The parameter server: shards, consistency and the optimiser they apply."""
+
+    mode: Literal["sync", "async", "ssp"] = "async"
+    """``sync``: average all workers' gradients each step; ``async``: apply as they come;
+    ``ssp``: async, but a worker more than ``staleness_bound`` steps ahead of the slowest waits."""
+    num_shards: PositiveInt = 2
+    """Actors the flat parameter vector is split across (balanced by bytes)."""
+    staleness_bound: NonNegativeInt = 2
+    """SSP's s."""
+    staleness_aware_lr: bool = False
+    """Divide each update's step by its staleness (Zhang et al. 2016)."""
+    optimizer: Literal["sgd", "adam"] = "adam"
+    """Optimiser each shard applies to its slice."""
+    lr: PositiveFloat = 1e-3
+    momentum: float = Field(default=0.9, ge=0.0, lt=1.0)
+    """SGD only."""
+    checkpoint_every: NonNegativeInt = 0
+    """Shards checkpoint slice, optimiser state and version every K updates (0: never)."""
+
+
+class WorkerSpec(_Section):
+    """The workers: how many, their batches, and a simulated straggler."""
+
+    num_workers: PositiveInt = 2
+    batch_size: PositiveInt = 64
+    epochs: PositiveFloat = 5.0
+    """Passes over each worker's data shard."""
+    seed: int = 0
+    straggler_delay_s: float = Field(default=0.0, ge=0.0)
+    """Extra seconds per step for the last worker (0: no straggler)."""
+
+
+class PSRunSpec(_Section):
+    output_dir: str = "~/scaleforge/async_sgd"
+    """Where the run summary (JSON), the accuracy plot (PNG) and shard checkpoints go."""
+    eval_every_s: PositiveFloat = 1.0
+    """Wall-clock seconds between test-accuracy measurements."""
+
+
+class AsyncSGDConfig(_Section):
+    """``python -m jobs.async_sgd``: SGD on parameter-server shards and worker actors (Ray Core)."""
+
+    data: DataSpec = Field(default_factory=DataSpec)
+    model: ModelSpec = Field(default_factory=lambda: CNN1dSpec(batch_norm=False))
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    workers: WorkerSpec = Field(default_factory=WorkerSpec)
+    run: PSRunSpec = Field(default_factory=PSRunSpec)
+    artifact: ArtifactSpec = Field(default_factory=lambda: ArtifactSpec(dir="~/scaleforge/artifacts/async_sgd"))
+
+    @model_validator(mode="after")
+    def _runnable(self) -> "AsyncSGDConfig":
+        info = describe(self.data)
+        if self.workers.num_workers > info.num_train:
+            raise ValueError(f"workers.num_workers ({self.workers.num_workers}) is larger than the number of "
+                             f"training examples ({info.num_train})")
+        model = build_model(self.model, info.input_dim, info.num_classes)
+        if self.server.num_shards > count_parameters(model):
+            raise ValueError(f"server.num_shards ({self.server.num_shards}) is larger than the number of "
+                             f"parameters ({count_parameters(model)})")
+        if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+            raise ValueError("the parameter server shares parameters, not BatchNorm statistics: "
+                             "use a model without BatchNorm (e.g. model.batch_norm=false for cnn1d)")
+        return self

@@ -1,0 +1,6 @@
+"""Parameter servers on Ray actors: sharded flat parameters, async workers, sync/async/SSP consistency."""
+
+from scaleforge.paramserver.layout import ParamLayout
+from scaleforge.paramserver.run import AsyncSGDResult, run_async_sgd, worker_shards
+
+__all__ = ["ParamLayout", "AsyncSGDResult", "run_async_sgd", "worker_shards"]

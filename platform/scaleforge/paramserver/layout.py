@@ -1,0 +1,47 @@
+"""A model's parameters as one contiguous float32 vector, split into shards balanced by bytes."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ParamLayout:
+    """Names and shapes of a model's parameters in ``named_parameters()`` order."""
+
+    names: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def of(cls, model: nn.Module) -> "ParamLayout":
+        named = list(model.named_parameters())
+        return cls(tuple(n for n, _ in named), tuple(tuple(p.shape) for _, p in named))
+
+    @property
+    def sizes(self) -> list[int]:
+        return [int(np.prod(shape)) for shape in self.shapes]
+
+    @property
+    def total(self) -> int:
+        return sum(self.sizes)
+
+    def flatten(self, model: nn.Module, grads: bool = False) -> np.ndarray:
+        """Parameters (or their gradients) concatenated into one float32 vector."""
+        tensors = [(p.grad if grads else p).detach().reshape(-1) for p in model.parameters()]
+        return torch.cat(tensors).to(torch.float32).numpy()
+
+    def assign(self, model: nn.Module, flat: np.ndarray) -> None:
+        """Copy a flat vector into the model's parameters."""
+        source = torch.from_numpy(np.ascontiguousarray(flat))
+        with torch.no_grad():
+            for param, chunk in zip(model.parameters(), source.split(self.sizes)):
+                param.copy_(chunk.view_as(param))
+
+    def shard_ranges(self, num_shards: int) -> list[tuple[int, int]]:
+        """``num_shards`` contiguous [start, stop) ranges of equal size (to within one element)."""
+        if not 1 <= num_shards <= self.total:
+            raise ValueError(f"num_shards ({num_shards}) must be between 1 and the parameter count ({self.total})")
+        bounds = np.linspace(0, self.total, num_shards + 1).round().astype(int)
+        return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]

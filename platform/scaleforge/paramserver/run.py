@@ -1,0 +1,142 @@
+"""Drive a parameter-server run: start shards and workers, watch accuracy over wall-clock, export."""
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+
+from scaleforge.artifacts import save_artifact
+from scaleforge.config.async_sgd import AsyncSGDConfig
+from scaleforge.data import load_arrays
+from scaleforge.models import build_model
+from scaleforge.paramserver.layout import ParamLayout
+from scaleforge.paramserver.shard import ParameterShard
+from scaleforge.paramserver.worker import AsyncWorker
+from scaleforge.runtime import ensure_ray
+
+
+@dataclass
+class AsyncSGDResult:
+    """What a parameter-server run produced."""
+
+    mode: str
+    test_accuracy: float
+    updates: int
+    wall_s: float
+    staleness: dict[str, list[int]]
+    curve: list[dict[str, float]] = field(repr=False)
+    artifact: Path = None
+    summary_path: Path = None
+    plot_path: Path = None
+
+    def summary(self) -> str:
+        clock = np.array(self.staleness["clock"]) if self.staleness["clock"] else np.zeros(1)
+        updates = np.array(self.staleness["updates"]) if self.staleness["updates"] else np.zeros(1)
+        return "\n".join([
+            f"[{self.mode}] test accuracy {self.test_accuracy:.4f}; {self.updates} updates in {self.wall_s:.1f} s "
+            f"({self.updates / self.wall_s:.1f} updates/s)",
+            f"staleness: clock max {clock.max()} (mean {clock.mean():.2f}); updates max {updates.max()} "
+            f"(mean {updates.mean():.2f})",
+            f"artifact: {self.artifact}",
+            f"summary: {self.summary_path}  plot: {self.plot_path}",
+        ])
+
+
+def worker_shards(num_examples: int, num_workers: int, seed: int) -> list[np.ndarray]:
+    """Each worker's example indices: a seeded permutation split evenly."""
+    return np.array_split(np.random.default_rng(seed).permutation(num_examples), num_workers)
+
+
+def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
+    """Train ``cfg.model`` with SGD on parameter-server shards; export the model and a run summary."""
+    server, workers_cfg = cfg.server, cfg.workers
+    ensure_ray(min_cpus=workers_cfg.num_workers + 1)
+    data = load_arrays(cfg.data)
+    info = data.info
+    torch.manual_seed(workers_cfg.seed)
+    model = build_model(cfg.model, info.input_dim, info.num_classes)
+    layout = ParamLayout.of(model)
+    initial, ranges = layout.flatten(model), layout.shard_ranges(server.num_shards)
+    output = Path(cfg.run.output_dir).expanduser().resolve()
+    options = dict(optimizer=server.optimizer, lr=server.lr, momentum=server.momentum, mode=server.mode,
+                   num_workers=workers_cfg.num_workers, staleness_bound=server.staleness_bound,
+                   staleness_aware_lr=server.staleness_aware_lr, checkpoint_dir=str(output / "checkpoints"),
+                   checkpoint_every=server.checkpoint_every)
+    # Shards mostly wait on pushes and pulls: they hold no CPU reservation, workers hold one each.
+    shards = [ParameterShard.options(num_cpus=0, max_concurrency=64).remote(i, initial[a:b], **options)
+              for i, (a, b) in enumerate(ranges)]
+    splits = worker_shards(len(data.y), workers_cfg.num_workers, workers_cfg.seed)
+    steps = math.ceil(workers_cfg.epochs * min(len(s) for s in splits) / workers_cfg.batch_size)
+    workers = [
+        AsyncWorker.options(num_cpus=1).remote(
+            i, cfg.model.model_dump(mode="json"), info.input_dim, info.num_classes, data.x[split], data.y[split],
+            workers_cfg.batch_size, workers_cfg.seed + i, shards, ranges,
+            workers_cfg.straggler_delay_s if i == workers_cfg.num_workers - 1 else 0.0,
+        )
+        for i, split in enumerate(splits)
+    ]
+    started = time.perf_counter()
+    pending, curve = [w.run.remote(steps) for w in workers], []
+    while pending:
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=cfg.run.eval_every_s)
+        curve.append(_evaluate(shards, layout, model, data, time.perf_counter() - started))
+        print(f"[{server.mode}] {curve[-1]['seconds']:6.1f}s  updates {curve[-1]['updates']:6d}  "
+              f"test_acc {curve[-1]['test_accuracy']:.4f}", flush=True)
+    wall = time.perf_counter() - started
+    stats = ray.get([s.stats.remote() for s in shards])
+    staleness = {kind: [v for s in stats for v in s["staleness"][kind]] for kind in ("clock", "updates")}
+    result = AsyncSGDResult(server.mode, curve[-1]["test_accuracy"], stats[0]["version"], wall, staleness, curve)
+    result.artifact = save_artifact(
+        cfg.artifact.dir, model, cfg.model, input_dim=info.input_dim, num_classes=info.num_classes,
+        metrics={"test_accuracy": result.test_accuracy},
+        dataset={"source": cfg.data.source, "fingerprint": data.fingerprint},
+        extra={"training": {"job": "async_sgd", "mode": server.mode, "num_shards": server.num_shards,
+                            "num_workers": workers_cfg.num_workers}},
+    )
+    result.summary_path, result.plot_path = _write_report(output, cfg, result)
+    for actor in shards + workers:
+        ray.kill(actor)
+    return result
+
+
+def _evaluate(shards, layout: ParamLayout, model, data, seconds: float) -> dict[str, float]:
+    snapshots = ray.get([s.snapshot.remote() for s in shards])
+    layout.assign(model, np.concatenate([flat for flat, _ in snapshots]))
+    model.eval()
+    with torch.no_grad():
+        predicted = model(torch.from_numpy(data.x_test)).argmax(1).numpy()
+    return {"seconds": seconds, "updates": int(snapshots[0][1]), "test_accuracy": float((predicted == data.y_test).mean())}
+
+
+def _write_report(output: Path, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> tuple[Path, Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    output.mkdir(parents=True, exist_ok=True)
+    mode = result.mode
+    summary: dict[str, Any] = {
+        "mode": mode, "test_accuracy": result.test_accuracy, "updates": result.updates, "wall_s": result.wall_s,
+        "updates_per_s": result.updates / result.wall_s,
+        "staleness_histogram": {kind: {str(k): int(v) for k, v in zip(*np.unique(values, return_counts=True))}
+                                for kind, values in result.staleness.items()},
+        "accuracy_over_time": result.curve, "config": cfg.model_dump(mode="json"),
+    }
+    summary_path = output / f"summary_{mode}.json"
+    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    figure, axis = plt.subplots(figsize=(6, 4))
+    axis.plot([p["seconds"] for p in result.curve], [p["test_accuracy"] for p in result.curve], marker=".", label=mode)
+    axis.set(xlabel="wall-clock (s)", ylabel="test accuracy", title=f"Parameter server, {mode}")
+    axis.grid(alpha=0.3)
+    axis.legend()
+    plot_path = output / f"accuracy_{mode}.png"
+    figure.savefig(plot_path, dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return summary_path, plot_path

@@ -1,0 +1,114 @@
+"""A parameter-server shard: one contiguous slice of the model, its optimiser state and version.
+
+Written by hand on Ray actors because no library offers a parameter server on Ray. The shard
+is an async actor: ``pull`` may wait (the sync barrier, the SSP bound) without blocking the
+pushes that release it.
+
+Two staleness measures are recorded for every gradient:
+- ``clock``: the pushing worker's clock (its step count) minus the slowest worker's clock when
+  the parameters were read: how far it ran ahead. SSP bounds it by ``s``; sync keeps it 0.
+- ``updates``: updates applied to this shard between the read and this push (Zhang et al.
+  2016's staleness, used by the staleness-aware learning rate).
+"""
+
+import asyncio
+import os
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import ray
+import torch
+from safetensors.torch import load_file, save_file
+
+
+@ray.remote
+class ParameterShard:
+    def __init__(self, index: int, init: np.ndarray, *, optimizer: str, lr: float, momentum: float, mode: str,
+                 num_workers: int, staleness_bound: int, staleness_aware_lr: bool,
+                 checkpoint_dir: Optional[str] = None, checkpoint_every: int = 0):
+        self.index, self.mode, self.bound = index, mode, staleness_bound
+        self.param = torch.nn.Parameter(torch.from_numpy(np.array(init, dtype=np.float32)))
+        if optimizer == "adam":
+            self.optimizer = torch.optim.Adam([self.param], lr=lr)
+        else:
+            self.optimizer = torch.optim.SGD([self.param], lr=lr, momentum=momentum)
+        self.lr, self.staleness_aware_lr = lr, staleness_aware_lr
+        self.version, self.clocks, self.pending = 0, [0] * num_workers, []
+        self.staleness: dict[str, list[int]] = {"clock": [], "updates": []}
+        self.changed = asyncio.Condition()
+        self.checkpoint_path = Path(checkpoint_dir) / f"shard{index}.safetensors" if checkpoint_dir else None
+        self.checkpoint_every = checkpoint_every
+        self.restored_version = self._restore()
+
+    async def pull(self, worker: int, clock: int):
+        """This shard's slice for ``worker``'s step ``clock``; waits while the mode says so.
+
+        Returns:
+            (slice, version, slowest worker's clock) at the time of reading.
+        """
+        async with self.changed:
+            if self.mode == "sync":  # round `clock` starts once every worker's round clock-1 is applied
+                await self.changed.wait_for(lambda: self.version >= clock)
+            elif self.mode == "ssp":  # a worker more than s steps ahead of the slowest waits
+                await self.changed.wait_for(lambda: clock - min(self.clocks) <= self.bound)
+            return self.param.detach().numpy().copy(), self.version, min(self.clocks)
+
+    async def push(self, worker: int, grad: np.ndarray, read_version: int, read_clock: int) -> int:
+        """Apply (or, in sync mode, collect) ``worker``'s gradient computed on ``read_version``."""
+        async with self.changed:
+            self.staleness["clock"].append(self.clocks[worker] - read_clock)
+            self.staleness["updates"].append(self.version - read_version)
+            self.clocks[worker] += 1
+            if self.mode == "sync":
+                self.pending.append(grad)
+                if len(self.pending) < len(self.clocks):
+                    return self.version
+                grad, self.pending = np.mean(self.pending, axis=0), []
+            self._apply(grad, self.version - read_version)
+            self.version += 1
+            if self.checkpoint_every and self.version % self.checkpoint_every == 0:
+                self._checkpoint()
+            self.changed.notify_all()
+            return self.version
+
+    def snapshot(self):
+        """(slice, version) without waiting: for evaluation and export."""
+        return self.param.detach().numpy().copy(), self.version
+
+    def stats(self) -> dict:
+        return {"version": self.version, "restored_version": self.restored_version, "staleness": self.staleness}
+
+    def _apply(self, grad: np.ndarray, staleness: int) -> None:
+        self.param.grad = torch.from_numpy(np.array(grad, dtype=np.float32))  # object-store arrays are read-only
+        if self.staleness_aware_lr:  # Zhang et al. 2016: divide the step by the staleness
+            self.optimizer.param_groups[0]["lr"] = self.lr / max(1, staleness)
+        self.optimizer.step()
+
+    def _checkpoint(self) -> None:
+        """Slice, optimiser tensors and counters in one safetensors file, replaced atomically."""
+        tensors = {"param": self.param.detach().clone()}
+        for name, value in self.optimizer.state[self.param].items():
+            tensors[f"opt.{name}"] = value.detach().clone() if torch.is_tensor(value) else torch.tensor(value)
+        metadata = {"version": str(self.version), "clocks": ",".join(map(str, self.clocks))}
+        self.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.checkpoint_path.parent, suffix=".tmp")
+        os.close(fd)
+        save_file(tensors, tmp, metadata=metadata)
+        os.replace(tmp, self.checkpoint_path)
+
+    def _restore(self) -> int:
+        if not (self.checkpoint_path and self.checkpoint_path.is_file()):
+            return 0
+        from safetensors import safe_open
+
+        with safe_open(str(self.checkpoint_path), "pt") as handle:
+            metadata = handle.metadata()
+        tensors = load_file(self.checkpoint_path)
+        with torch.no_grad():
+            self.param.copy_(tensors.pop("param"))
+        self.optimizer.state[self.param] = {k.removeprefix("opt."): v for k, v in tensors.items()}
+        self.version = int(metadata["version"])
+        self.clocks = [int(c) for c in metadata["clocks"].split(",")]
+        return self.version

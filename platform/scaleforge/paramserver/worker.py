@@ -1,0 +1,58 @@
+"""A parameter-server worker: a model replica and a data shard; pull, compute, push, repeat."""
+
+import time
+from typing import Iterator
+
+import numpy as np
+import ray
+import torch
+import torch.nn.functional as F
+from pydantic import TypeAdapter
+
+from scaleforge.models import ModelSpec, build_model
+from scaleforge.paramserver.layout import ParamLayout
+
+
+def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Endless shuffled mini-batches, a fresh permutation per pass (seeded: reproducible)."""
+    rng = np.random.default_rng(seed)
+    while True:
+        order = rng.permutation(len(y))
+        for start in range(0, len(y), batch_size):
+            rows = order[start:start + batch_size]
+            yield torch.from_numpy(x[rows]), torch.from_numpy(y[rows])
+
+
+def gradient(model: torch.nn.Module, layout: ParamLayout, x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, float]:
+    """The flat gradient of the mean cross-entropy on one batch, and the loss."""
+    model.zero_grad(set_to_none=False)
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    return layout.flatten(model, grads=True), loss.item()
+
+
+@ray.remote
+class AsyncWorker:
+    def __init__(self, index: int, model: dict, input_dim: int, num_classes: int, x: np.ndarray, y: np.ndarray,
+                 batch_size: int, seed: int, shards: list, ranges: list[tuple[int, int]], delay_s: float = 0.0):
+        torch.set_num_threads(1)
+        self.index, self.shards, self.ranges, self.delay_s = index, shards, ranges, delay_s
+        self.model = build_model(TypeAdapter(ModelSpec).validate_python(model), input_dim, num_classes)
+        self.layout = ParamLayout.of(self.model)
+        self.batches = batches(x, y, batch_size, seed)
+
+    def run(self, steps: int, first_clock: int = 0) -> dict:
+        """``steps`` rounds of pull -> gradient -> push to every shard, never waiting for other
+        workers except where the consistency mode makes ``pull`` wait."""
+        losses, started = [], time.perf_counter()
+        for clock in range(first_clock, first_clock + steps):
+            pulled = ray.get([shard.pull.remote(self.index, clock) for shard in self.shards])
+            self.layout.assign(self.model, np.concatenate([p[0] for p in pulled]))
+            grad, loss = gradient(self.model, self.layout, *next(self.batches))
+            if self.delay_s:  # simulated straggler
+                time.sleep(self.delay_s)
+            ray.get([shard.push.remote(self.index, grad[a:b], version, read_clock)
+                     for shard, (a, b), (_, version, read_clock) in zip(self.shards, self.ranges, pulled)])
+            losses.append(loss)
+        return {"worker": self.index, "steps": steps, "seconds": time.perf_counter() - started,
+                "final_loss": float(np.mean(losses[-10:]))}

@@ -1,0 +1,82 @@
+"""Parameter-server SGD on real Ray actors: equivalence, the SSP bound, convergence, bad input."""
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import REPO
+from scaleforge.config import AsyncSGDConfig, ConfigError, load_config
+from scaleforge.data import load_arrays
+from scaleforge.models import build_model
+from scaleforge.paramserver import ParamLayout, run_async_sgd, worker_shards
+from scaleforge.paramserver.worker import batches, gradient
+
+CONFIG = REPO / "configs/async_sgd.yaml"
+
+
+def _config(tmp_path, *overrides):
+    return load_config(AsyncSGDConfig, CONFIG, [f"run.output_dir={tmp_path / 'out'}",
+                                                f"artifact.dir={tmp_path / 'artifact'}", *overrides])
+
+
+TINY = ["data.num_samples=400", "model={name: mlp, hidden: [16]}", "server.optimizer=sgd", "server.lr=0.05",
+        "server.mode=sync", "workers.num_workers=1", "workers.batch_size=16", "workers.epochs=1"]
+
+
+def _weights(result):
+    return load_file(result.artifact / "model.safetensors")
+
+
+def test_sync_one_worker_equals_plain_sgd_and_shards_do_not_matter(ray_cluster, tmp_path):
+    one = run_async_sgd(_config(tmp_path / "one", *TINY, "server.num_shards=1"))
+    three = run_async_sgd(_config(tmp_path / "three", *TINY, "server.num_shards=3"))
+
+    cfg = _config(tmp_path / "plain", *TINY)
+    data = load_arrays(cfg.data)
+    torch.manual_seed(cfg.workers.seed)
+    model = build_model(cfg.model, 40, 10)
+    layout = ParamLayout.of(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=cfg.server.momentum)
+    (rows,) = worker_shards(len(data.y), 1, cfg.workers.seed)
+    stream = batches(data.x[rows], data.y[rows], 16, cfg.workers.seed)
+    for _ in range(one.updates):
+        gradient(model, layout, *next(stream))
+        optimizer.step()
+
+    assert one.updates == three.updates == 20  # 320 examples / 16 per step
+    for name, tensor in model.state_dict().items():
+        np.testing.assert_allclose(_weights(one)[name].numpy(), tensor.numpy(), atol=1e-5, rtol=0)
+        np.testing.assert_allclose(_weights(three)[name].numpy(), _weights(one)[name].numpy(), atol=1e-5, rtol=0)
+    assert max(one.staleness["clock"]) == 0 and max(one.staleness["updates"]) == 0
+
+
+def test_ssp_bounds_staleness_with_a_straggler(ray_cluster, tmp_path):
+    straggling = ["data.num_samples=1200", "model={name: mlp, hidden: [16]}", "workers.num_workers=3",
+                  "workers.batch_size=32", "workers.epochs=1", "workers.straggler_delay_s=0.05"]
+    ssp = run_async_sgd(_config(tmp_path / "ssp", *straggling, "server.mode=ssp", "server.staleness_bound=1"))
+    free = run_async_sgd(_config(tmp_path / "async", *straggling, "server.mode=async"))
+    assert max(ssp.staleness["clock"]) <= 1
+    assert max(free.staleness["clock"]) > 1, "without the bound the fast workers should run ahead"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async", "ssp"])
+def test_each_mode_converges(ray_cluster, tmp_path, mode):
+    result = run_async_sgd(_config(tmp_path, f"server.mode={mode}"))
+    assert result.test_accuracy >= 0.92, result.summary()
+    assert result.summary_path.is_file() and result.plot_path.stat().st_size > 0
+
+
+@pytest.mark.parametrize("override,message", [
+    ("server.num_shards=0", "server.num_shards: Input should be greater than 0"),
+    ("server.num_shards=10000000", "server.num_shards (10000000) is larger than the number of parameters"),
+    ("server.staleness_bound=-1", "server.staleness_bound: Input should be greater than or equal to 0"),
+    ("workers.num_workers=0", "workers.num_workers: Input should be greater than 0"),
+    ("server.optimizer=lamb", "server.optimizer: Input should be 'sgd' or 'adam'"),
+    ("model.batch_norm=true", "shares parameters, not BatchNorm statistics"),
+])
+def test_bad_input_is_rejected_before_anything_starts(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(AsyncSGDConfig, CONFIG, [override])
+    assert message in str(err.value)
