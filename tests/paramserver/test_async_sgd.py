@@ -80,3 +80,21 @@ def test_bad_input_is_rejected_before_anything_starts(override, message):
     with pytest.raises(ConfigError) as err:
         load_config(AsyncSGDConfig, CONFIG, [override])
     assert message in str(err.value)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_replaced_and_the_run_reaches_the_bar(ray_cluster, tmp_path):
+    result = run_async_sgd(_config(tmp_path, "fault.kill_worker_at_step=100"))
+    replaced = [e for e in result.events if e["event"] == "worker_replaced"]
+    assert len(replaced) == 1 and replaced[0]["worker"] == 0 and replaced[0]["at_step"] == 100
+    assert result.test_accuracy >= 0.92, result.summary()
+
+
+@pytest.mark.slow
+def test_a_killed_shard_restores_from_its_checkpoint(ray_cluster, tmp_path):
+    every = 50
+    result = run_async_sgd(_config(tmp_path, f"server.checkpoint_every={every}", "fault.kill_shard_at_update=130"))
+    (restored,) = [e for e in result.events if e["event"] == "shard_restored"]
+    assert restored["shard"] == 0 and restored["restored_version"] == 100
+    assert 0 < restored["lost_updates"] <= every, restored
+    assert result.test_accuracy >= 0.92, result.summary()

@@ -1,6 +1,6 @@
 """Schema of the parameter-server job (``jobs.async_sgd``)."""
 
-from typing import Literal
+from typing import Literal, Optional
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 from torch import nn
@@ -50,6 +50,15 @@ class PSRunSpec(_Section):
     """Wall-clock seconds between test-accuracy measurements."""
 
 
+class PSFaultSpec(_Section):
+    """Deliberate failures, to prove recovery."""
+
+    kill_worker_at_step: Optional[PositiveInt] = None
+    """Worker 0 SIGKILLs its own process at this step; the run replaces it and goes on."""
+    kill_shard_at_update: Optional[PositiveInt] = None
+    """Shard 0 SIGKILLs its own process at this version; Ray restarts it from its checkpoint."""
+
+
 class AsyncSGDConfig(_Section):
     """``python -m jobs.async_sgd``: SGD on parameter-server shards and worker actors (Ray Core)."""
 
@@ -58,6 +67,7 @@ class AsyncSGDConfig(_Section):
     server: ServerSpec = Field(default_factory=ServerSpec)
     workers: WorkerSpec = Field(default_factory=WorkerSpec)
     run: PSRunSpec = Field(default_factory=PSRunSpec)
+    fault: PSFaultSpec = Field(default_factory=PSFaultSpec)
     artifact: ArtifactSpec = Field(default_factory=lambda: ArtifactSpec(dir="~/scaleforge/artifacts/async_sgd"))
 
     @model_validator(mode="after")
@@ -70,6 +80,12 @@ class AsyncSGDConfig(_Section):
         if self.server.num_shards > count_parameters(model):
             raise ValueError(f"server.num_shards ({self.server.num_shards}) is larger than the number of "
                              f"parameters ({count_parameters(model)})")
+        if self.fault.kill_shard_at_update is not None:
+            if not self.server.checkpoint_every:
+                raise ValueError("fault.kill_shard_at_update needs server.checkpoint_every > 0 to restore from")
+            if self.server.mode == "sync":
+                raise ValueError("shard restarts are recovered in async and ssp modes; server.mode=sync would lose "
+                                 "the round's collected gradients")
         if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
             raise ValueError("the parameter server shares parameters, not BatchNorm statistics: "
                              "use a model without BatchNorm (e.g. model.batch_norm=false for cnn1d)")

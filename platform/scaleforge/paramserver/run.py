@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import ray
 import torch
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from scaleforge.artifacts import save_artifact
 from scaleforge.config.async_sgd import AsyncSGDConfig
@@ -31,6 +33,7 @@ class AsyncSGDResult:
     wall_s: float
     staleness: dict[str, list[int]]
     curve: list[dict[str, float]] = field(repr=False)
+    events: list[dict[str, Any]] = field(default_factory=list)
     artifact: Path = None
     summary_path: Path = None
     plot_path: Path = None
@@ -43,6 +46,7 @@ class AsyncSGDResult:
             f"({self.updates / self.wall_s:.1f} updates/s)",
             f"staleness: clock max {clock.max()} (mean {clock.mean():.2f}); updates max {updates.max()} "
             f"(mean {updates.mean():.2f})",
+            *(f"event: {e}" for e in self.events),
             f"artifact: {self.artifact}",
             f"summary: {self.summary_path}  plot: {self.plot_path}",
         ])
@@ -68,30 +72,58 @@ def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
                    num_workers=workers_cfg.num_workers, staleness_bound=server.staleness_bound,
                    staleness_aware_lr=server.staleness_aware_lr, checkpoint_dir=str(output / "checkpoints"),
                    checkpoint_every=server.checkpoint_every)
-    # Shards mostly wait on pushes and pulls: they hold no CPU reservation, workers hold one each.
-    shards = [ParameterShard.options(num_cpus=0, max_concurrency=64).remote(i, initial[a:b], **options)
-              for i, (a, b) in enumerate(ranges)]
+    # One bundle per actor, spread over nodes where the cluster has several; shards mostly wait
+    # on pushes and pulls, so they reserve a sliver of CPU, workers one CPU each.
+    group = placement_group([{"CPU": 1}] * workers_cfg.num_workers + [{"CPU": 0.01}] * server.num_shards,
+                            strategy="SPREAD")
+    ray.get(group.ready())
+    # Held by the driver for the whole run: Ray needs a restarted shard's constructor arguments.
+    initial_slices = [ray.put(initial[a:b]) for a, b in ranges]
+    shards = [
+        ParameterShard.options(
+            num_cpus=0.01, max_concurrency=64, max_restarts=1, max_task_retries=-1,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(group, workers_cfg.num_workers + i),
+        ).remote(i, initial_slices[i], **options, die_at_update=cfg.fault.kill_shard_at_update if i == 0 else None)
+        for i in range(len(ranges))
+    ]
     splits = worker_shards(len(data.y), workers_cfg.num_workers, workers_cfg.seed)
     steps = math.ceil(workers_cfg.epochs * min(len(s) for s in splits) / workers_cfg.batch_size)
-    workers = [
-        AsyncWorker.options(num_cpus=1).remote(
-            i, cfg.model.model_dump(mode="json"), info.input_dim, info.num_classes, data.x[split], data.y[split],
-            workers_cfg.batch_size, workers_cfg.seed + i, shards, ranges,
-            workers_cfg.straggler_delay_s if i == workers_cfg.num_workers - 1 else 0.0,
+
+    def start_worker(i: int, die_at_step=None):
+        return AsyncWorker.options(
+            num_cpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(group, i),
+        ).remote(
+            i, cfg.model.model_dump(mode="json"), info.input_dim, info.num_classes, data.x[splits[i]],
+            data.y[splits[i]], workers_cfg.batch_size, workers_cfg.seed + i, shards, ranges,
+            workers_cfg.straggler_delay_s if i == workers_cfg.num_workers - 1 else 0.0, die_at_step,
         )
-        for i, split in enumerate(splits)
-    ]
+
+    workers = [start_worker(i, cfg.fault.kill_worker_at_step if i == 0 else None)
+               for i in range(workers_cfg.num_workers)]
     started = time.perf_counter()
-    pending, curve = [w.run.remote(steps) for w in workers], []
-    while pending:
-        _, pending = ray.wait(pending, num_returns=len(pending), timeout=cfg.run.eval_every_s)
+    running = {w.run.remote(steps): i for i, w in enumerate(workers)}
+    curve, reports, events = [], [], []
+    while running:
+        done, _ = ray.wait(list(running), num_returns=len(running), timeout=cfg.run.eval_every_s)
+        for ref in done:
+            index = running.pop(ref)
+            try:
+                reports.append(ray.get(ref))
+            except ray.exceptions.RayActorError:  # the worker's process died: replace it, resume its clock
+                clock = min(ray.get([s.clock_of.remote(index) for s in shards]))
+                events.append({"seconds": time.perf_counter() - started, "event": "worker_replaced",
+                               "worker": index, "at_step": clock})
+                print(f"[{server.mode}] worker {index} died at step {clock}; replaced, resuming", flush=True)
+                workers[index] = start_worker(index)
+                running[workers[index].run.remote(steps - clock, first_clock=clock)] = index
         curve.append(_evaluate(shards, layout, model, data, time.perf_counter() - started))
         print(f"[{server.mode}] {curve[-1]['seconds']:6.1f}s  updates {curve[-1]['updates']:6d}  "
               f"test_acc {curve[-1]['test_accuracy']:.4f}", flush=True)
     wall = time.perf_counter() - started
     stats = ray.get([s.stats.remote() for s in shards])
     staleness = {kind: [v for s in stats for v in s["staleness"][kind]] for kind in ("clock", "updates")}
-    result = AsyncSGDResult(server.mode, curve[-1]["test_accuracy"], stats[0]["version"], wall, staleness, curve)
+    result = AsyncSGDResult(server.mode, curve[-1]["test_accuracy"], stats[0]["version"], wall, staleness, curve,
+                            events=events + _shard_restarts(stats, reports))
     result.artifact = save_artifact(
         cfg.artifact.dir, model, cfg.model, input_dim=info.input_dim, num_classes=info.num_classes,
         metrics={"test_accuracy": result.test_accuracy},
@@ -102,7 +134,20 @@ def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
     result.summary_path, result.plot_path = _write_report(output, cfg, result)
     for actor in shards + workers:
         ray.kill(actor)
+    remove_placement_group(group)
     return result
+
+
+def _shard_restarts(stats: list[dict], reports: list[dict]) -> list[dict]:
+    """For each restarted shard: the version it restored and the acknowledged updates it lost."""
+    events = []
+    for index, shard in enumerate(stats):
+        if shard["incarnation"] == 0:
+            continue
+        acked_before = max((r["acked"][index].get(0, 0) for r in reports), default=0)
+        events.append({"event": "shard_restored", "shard": index, "restored_version": shard["restored_version"],
+                       "lost_updates": max(0, acked_before - shard["restored_version"])})
+    return events
 
 
 def _evaluate(shards, layout: ParamLayout, model, data, seconds: float) -> dict[str, float]:
@@ -127,7 +172,7 @@ def _write_report(output: Path, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> 
         "updates_per_s": result.updates / result.wall_s,
         "staleness_histogram": {kind: {str(k): int(v) for k, v in zip(*np.unique(values, return_counts=True))}
                                 for kind, values in result.staleness.items()},
-        "accuracy_over_time": result.curve, "config": cfg.model_dump(mode="json"),
+        "events": result.events, "accuracy_over_time": result.curve, "config": cfg.model_dump(mode="json"),
     }
     summary_path = output / f"summary_{mode}.json"
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")

@@ -13,6 +13,7 @@ Two staleness measures are recorded for every gradient:
 
 import asyncio
 import os
+import signal
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -27,8 +28,12 @@ from safetensors.torch import load_file, save_file
 class ParameterShard:
     def __init__(self, index: int, init: np.ndarray, *, optimizer: str, lr: float, momentum: float, mode: str,
                  num_workers: int, staleness_bound: int, staleness_aware_lr: bool,
-                 checkpoint_dir: Optional[str] = None, checkpoint_every: int = 0):
+                 checkpoint_dir: Optional[str] = None, checkpoint_every: int = 0,
+                 die_at_update: Optional[int] = None):
         self.index, self.mode, self.bound = index, mode, staleness_bound
+        # Ray re-runs __init__ when it restarts this actor (max_restarts): then restore, never die again.
+        self.incarnation = int(ray.get_runtime_context().was_current_actor_reconstructed)
+        self.die_at_update = die_at_update if self.incarnation == 0 else None
         self.param = torch.nn.Parameter(torch.from_numpy(np.array(init, dtype=np.float32)))
         if optimizer == "adam":
             self.optimizer = torch.optim.Adam([self.param], lr=lr)
@@ -49,14 +54,21 @@ class ParameterShard:
             (slice, version, slowest worker's clock) at the time of reading.
         """
         async with self.changed:
+            # The worker has completed `clock` steps; after a restore this shard's count may lag.
+            self.clocks[worker] = max(self.clocks[worker], clock)
             if self.mode == "sync":  # round `clock` starts once every worker's round clock-1 is applied
                 await self.changed.wait_for(lambda: self.version >= clock)
             elif self.mode == "ssp":  # a worker more than s steps ahead of the slowest waits
                 await self.changed.wait_for(lambda: clock - min(self.clocks) <= self.bound)
             return self.param.detach().numpy().copy(), self.version, min(self.clocks)
 
-    async def push(self, worker: int, grad: np.ndarray, read_version: int, read_clock: int) -> int:
-        """Apply (or, in sync mode, collect) ``worker``'s gradient computed on ``read_version``."""
+    async def push(self, worker: int, grad: np.ndarray, read_version: int, read_clock: int) -> tuple[int, int]:
+        """Apply (or, in sync mode, collect) ``worker``'s gradient computed on ``read_version``.
+
+        Returns:
+            (version after this push, incarnation of this shard), so workers can count what a
+            restart lost.
+        """
         async with self.changed:
             self.staleness["clock"].append(self.clocks[worker] - read_clock)
             self.staleness["updates"].append(self.version - read_version)
@@ -64,21 +76,28 @@ class ParameterShard:
             if self.mode == "sync":
                 self.pending.append(grad)
                 if len(self.pending) < len(self.clocks):
-                    return self.version
+                    return self.version, self.incarnation
                 grad, self.pending = np.mean(self.pending, axis=0), []
             self._apply(grad, self.version - read_version)
             self.version += 1
             if self.checkpoint_every and self.version % self.checkpoint_every == 0:
                 self._checkpoint()
+            if self.version == self.die_at_update:  # injected fault: the whole process dies
+                os.kill(os.getpid(), signal.SIGKILL)
             self.changed.notify_all()
-            return self.version
+            return self.version, self.incarnation
 
     def snapshot(self):
         """(slice, version) without waiting: for evaluation and export."""
         return self.param.detach().numpy().copy(), self.version
 
     def stats(self) -> dict:
-        return {"version": self.version, "restored_version": self.restored_version, "staleness": self.staleness}
+        return {"version": self.version, "restored_version": self.restored_version, "incarnation": self.incarnation,
+                "staleness": self.staleness}
+
+    def clock_of(self, worker: int) -> int:
+        """Steps of ``worker`` this shard has received."""
+        return self.clocks[worker]
 
     def _apply(self, grad: np.ndarray, staleness: int) -> None:
         self.param.grad = torch.from_numpy(np.array(grad, dtype=np.float32))  # object-store arrays are read-only
@@ -99,7 +118,8 @@ class ParameterShard:
         os.replace(tmp, self.checkpoint_path)
 
     def _restore(self) -> int:
-        if not (self.checkpoint_path and self.checkpoint_path.is_file()):
+        """After a restart (never on a fresh start), load the last checkpoint; returns its version."""
+        if not (self.incarnation and self.checkpoint_path and self.checkpoint_path.is_file()):
             return 0
         from safetensors import safe_open
 

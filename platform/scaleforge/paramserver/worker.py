@@ -1,7 +1,9 @@
 """A parameter-server worker: a model replica and a data shard; pull, compute, push, repeat."""
 
+import os
+import signal
 import time
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 import ray
@@ -34,9 +36,13 @@ def gradient(model: torch.nn.Module, layout: ParamLayout, x: torch.Tensor, y: to
 @ray.remote
 class AsyncWorker:
     def __init__(self, index: int, model: dict, input_dim: int, num_classes: int, x: np.ndarray, y: np.ndarray,
-                 batch_size: int, seed: int, shards: list, ranges: list[tuple[int, int]], delay_s: float = 0.0):
+                 batch_size: int, seed: int, shards: list, ranges: list[tuple[int, int]], delay_s: float = 0.0,
+                 die_at_step: Optional[int] = None):
         torch.set_num_threads(1)
         self.index, self.shards, self.ranges, self.delay_s = index, shards, ranges, delay_s
+        self.die_at_step = die_at_step
+        # Highest version each shard acknowledged, per shard incarnation: what a shard restart lost.
+        self.acked: dict[int, dict[int, int]] = {i: {} for i in range(len(shards))}
         self.model = build_model(TypeAdapter(ModelSpec).validate_python(model), input_dim, num_classes)
         self.layout = ParamLayout.of(self.model)
         self.batches = batches(x, y, batch_size, seed)
@@ -46,13 +52,18 @@ class AsyncWorker:
         workers except where the consistency mode makes ``pull`` wait."""
         losses, started = [], time.perf_counter()
         for clock in range(first_clock, first_clock + steps):
+            if clock == self.die_at_step:  # injected fault: the whole process dies
+                os.kill(os.getpid(), signal.SIGKILL)
             pulled = ray.get([shard.pull.remote(self.index, clock) for shard in self.shards])
             self.layout.assign(self.model, np.concatenate([p[0] for p in pulled]))
             grad, loss = gradient(self.model, self.layout, *next(self.batches))
             if self.delay_s:  # simulated straggler
                 time.sleep(self.delay_s)
-            ray.get([shard.push.remote(self.index, grad[a:b], version, read_clock)
-                     for shard, (a, b), (_, version, read_clock) in zip(self.shards, self.ranges, pulled)])
+            acks = ray.get([shard.push.remote(self.index, grad[a:b], version, read_clock)
+                            for shard, (a, b), (_, version, read_clock) in zip(self.shards, self.ranges, pulled)])
+            for shard_index, (version, incarnation) in enumerate(acks):
+                seen = self.acked[shard_index]
+                seen[incarnation] = max(seen.get(incarnation, 0), version)
             losses.append(loss)
         return {"worker": self.index, "steps": steps, "seconds": time.perf_counter() - started,
-                "final_loss": float(np.mean(losses[-10:]))}
+                "final_loss": float(np.mean(losses[-10:])), "acked": self.acked}
