@@ -15,6 +15,7 @@ import asyncio
 import os
 import signal
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -100,7 +101,9 @@ class ParameterShard:
         return self.clocks[worker]
 
     def _apply(self, grad: np.ndarray, staleness: int) -> None:
-        self.param.grad = torch.from_numpy(np.array(grad, dtype=np.float32))  # object-store arrays are read-only
+        with warnings.catch_warnings():  # object-store arrays are read-only; the optimiser only reads .grad
+            warnings.simplefilter("ignore", UserWarning)
+            self.param.grad = torch.from_numpy(np.asarray(grad, dtype=np.float32))
         if self.staleness_aware_lr:  # Zhang et al. 2016: divide the step by the staleness
             self.optimizer.param_groups[0]["lr"] = self.lr / max(1, staleness)
         self.optimizer.step()
