@@ -98,3 +98,16 @@ def test_a_killed_shard_restores_from_its_checkpoint(ray_cluster, tmp_path):
     assert restored["shard"] == 0 and restored["restored_version"] == 100
     assert 0 < restored["lost_updates"] <= every, restored
     assert result.test_accuracy >= 0.92, result.summary()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["async", "ssp", "sync"])
+def test_workers_join_and_leave_while_training(ray_cluster, tmp_path, mode):
+    result = run_async_sgd(_config(
+        tmp_path, "data.num_samples=4000", "workers.batch_size=32", "workers.epochs=4", "run.eval_every_s=0.2",
+        f"server.mode={mode}", "workers.scaling=[{at_s: 6, workers: 3}, {at_s: 9, workers: 1}]",
+    ))
+    kinds = [(e["event"], e["worker"]) for e in result.events]
+    assert kinds == [("worker_added", 2), ("worker_removed", 2), ("worker_removed", 1)], result.events
+    assert result.events[1]["seconds"] - result.events[0]["seconds"] > 1.0  # two separate moments
+    assert result.test_accuracy > 0.5, result.summary()  # training went on after each change

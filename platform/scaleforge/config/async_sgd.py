@@ -31,6 +31,13 @@ class ServerSpec(_Section):
     """Shards checkpoint slice, optimiser state and version every K updates (0: never)."""
 
 
+class ScalingEvent(_Section):
+    """Dynamic scaling: from ``at_s`` seconds into the run, train with ``workers`` workers."""
+
+    at_s: PositiveFloat
+    workers: PositiveInt
+
+
 class WorkerSpec(_Section):
     """The workers: how many, their batches, and a simulated straggler."""
 
@@ -41,6 +48,8 @@ class WorkerSpec(_Section):
     seed: int = 0
     straggler_delay_s: float = Field(default=0.0, ge=0.0)
     """Extra seconds per step for the last worker (0: no straggler)."""
+    scaling: list[ScalingEvent] = Field(default_factory=list)
+    """Add or remove workers while the run trains, e.g. ``[{at_s: 5, workers: 3}]``."""
 
 
 class PSRunSpec(_Section):
@@ -76,6 +85,10 @@ class AsyncSGDConfig(_Section):
         if self.workers.num_workers > info.num_train:
             raise ValueError(f"workers.num_workers ({self.workers.num_workers}) is larger than the number of "
                              f"training examples ({info.num_train})")
+        if any(e.workers > info.num_train for e in self.workers.scaling):
+            raise ValueError("workers.scaling asks for more workers than there are training examples")
+        if sorted(e.at_s for e in self.workers.scaling) != [e.at_s for e in self.workers.scaling]:
+            raise ValueError("workers.scaling events must be in order of at_s")
         model = build_model(self.model, info.input_dim, info.num_classes)
         if self.server.num_shards > count_parameters(model):
             raise ValueError(f"server.num_shards ({self.server.num_shards}) is larger than the number of "

@@ -60,7 +60,7 @@ def worker_shards(num_examples: int, num_workers: int, seed: int) -> list[np.nda
 def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
     """Train ``cfg.model`` with SGD on parameter-server shards; export the model and a run summary."""
     server, workers_cfg = cfg.server, cfg.workers
-    ensure_ray(min_cpus=workers_cfg.num_workers + 1)
+    ensure_ray(min_cpus=max([workers_cfg.num_workers] + [e.workers for e in workers_cfg.scaling]) + 1)
     data = load_arrays(cfg.data)
     info = data.info
     torch.manual_seed(workers_cfg.seed)
@@ -90,11 +90,15 @@ def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
     steps = math.ceil(workers_cfg.epochs * min(len(s) for s in splits) / workers_cfg.batch_size)
 
     def start_worker(i: int, die_at_step=None):
-        return AsyncWorker.options(
-            num_cpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(group, i),
-        ).remote(
-            i, cfg.model.model_dump(mode="json"), info.input_dim, info.num_classes, data.x[splits[i]],
-            data.y[splits[i]], workers_cfg.batch_size, workers_cfg.seed + i, shards, ranges,
+        if i < len(splits):
+            placement = {"scheduling_strategy": PlacementGroupSchedulingStrategy(group, i)}
+            rows = splits[i]
+        else:  # added by dynamic scaling: outside the group, a seeded sample of the training set
+            placement = {}
+            rows = np.random.default_rng(workers_cfg.seed + i).choice(len(data.y), len(splits[0]), replace=False)
+        return AsyncWorker.options(num_cpus=1, **placement).remote(
+            i, cfg.model.model_dump(mode="json"), info.input_dim, info.num_classes, data.x[rows],
+            data.y[rows], workers_cfg.batch_size, workers_cfg.seed + i, shards, ranges,
             workers_cfg.straggler_delay_s if i == workers_cfg.num_workers - 1 else 0.0, die_at_step,
         )
 
@@ -102,7 +106,8 @@ def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
                for i in range(workers_cfg.num_workers)]
     started = time.perf_counter()
     running = {w.run.remote(steps): i for i, w in enumerate(workers)}
-    curve, reports, events = [], [], []
+    curve, reports, events, removed = [], [], [], set()
+    scaling = list(workers_cfg.scaling)
     while running:
         done, _ = ray.wait(list(running), num_returns=len(running), timeout=cfg.run.eval_every_s)
         for ref in done:
@@ -110,12 +115,29 @@ def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
             try:
                 reports.append(ray.get(ref))
             except ray.exceptions.RayActorError:  # the worker's process died: replace it, resume its clock
+                if index in removed:
+                    continue
                 clock = min(ray.get([s.clock_of.remote(index) for s in shards]))
                 events.append({"seconds": time.perf_counter() - started, "event": "worker_replaced",
                                "worker": index, "at_step": clock})
                 print(f"[{server.mode}] worker {index} died at step {clock}; replaced, resuming", flush=True)
                 workers[index] = start_worker(index)
                 running[workers[index].run.remote(steps - clock, first_clock=clock)] = index
+        while scaling and scaling[0].at_s <= time.perf_counter() - started and running:
+            target = scaling.pop(0).workers
+            active = sorted(running.values())
+            for index in range(len(workers), len(workers) + max(0, target - len(active))):
+                clock = ray.get(shards[0].slowest_clock.remote())  # join level with the slowest
+                ray.get([s.join.remote(index, clock) for s in shards])
+                workers.append(start_worker(index))
+                running[workers[index].run.remote(max(1, steps - clock), first_clock=clock)] = index
+                events.append({"seconds": time.perf_counter() - started, "event": "worker_added", "worker": index})
+            for index in active[::-1][:max(0, len(active) - target)]:
+                removed.add(index)
+                ray.get([s.leave.remote(index) for s in shards])
+                ray.kill(workers[index])
+                events.append({"seconds": time.perf_counter() - started, "event": "worker_removed", "worker": index})
+            print(f"[{server.mode}] scaled to {target} workers: {events[-1]}", flush=True)
         curve.append(_evaluate(shards, layout, model, data, time.perf_counter() - started))
         print(f"[{server.mode}] {curve[-1]['seconds']:6.1f}s  updates {curve[-1]['updates']:6d}  "
               f"test_acc {curve[-1]['test_accuracy']:.4f}", flush=True)

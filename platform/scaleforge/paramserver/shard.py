@@ -41,7 +41,8 @@ class ParameterShard:
         else:
             self.optimizer = torch.optim.SGD([self.param], lr=lr, momentum=momentum)
         self.lr, self.staleness_aware_lr = lr, staleness_aware_lr
-        self.version, self.clocks, self.pending = 0, [0] * num_workers, []
+        # Steps received from each active worker; workers join and leave while a run trains.
+        self.version, self.clocks, self.pending = 0, {w: 0 for w in range(num_workers)}, []
         self.staleness: dict[str, list[int]] = {"clock": [], "updates": []}
         self.changed = asyncio.Condition()
         self.checkpoint_path = Path(checkpoint_dir) / f"shard{index}.safetensors" if checkpoint_dir else None
@@ -56,12 +57,13 @@ class ParameterShard:
         """
         async with self.changed:
             # The worker has completed `clock` steps; after a restore this shard's count may lag.
-            self.clocks[worker] = max(self.clocks[worker], clock)
+            if worker in self.clocks:
+                self.clocks[worker] = max(self.clocks[worker], clock)
             if self.mode == "sync":  # round `clock` starts once every worker's round clock-1 is applied
                 await self.changed.wait_for(lambda: self.version >= clock)
             elif self.mode == "ssp":  # a worker more than s steps ahead of the slowest waits
-                await self.changed.wait_for(lambda: clock - min(self.clocks) <= self.bound)
-            return self.param.detach().numpy().copy(), self.version, min(self.clocks)
+                await self.changed.wait_for(lambda: clock - self._slowest() <= self.bound)
+            return self.param.detach().numpy().copy(), self.version, self._slowest()
 
     async def push(self, worker: int, grad: np.ndarray, read_version: int, read_clock: int) -> tuple[int, int]:
         """Apply (or, in sync mode, collect) ``worker``'s gradient computed on ``read_version``.
@@ -71,6 +73,8 @@ class ParameterShard:
             restart lost.
         """
         async with self.changed:
+            if worker not in self.clocks:  # a removed worker's last push, still in flight
+                return self.version, self.incarnation
             self.staleness["clock"].append(self.clocks[worker] - read_clock)
             self.staleness["updates"].append(self.version - read_version)
             self.clocks[worker] += 1
@@ -78,15 +82,34 @@ class ParameterShard:
                 self.pending.append(grad)
                 if len(self.pending) < len(self.clocks):
                     return self.version, self.incarnation
-                grad, self.pending = np.mean(self.pending, axis=0), []
-            self._apply(grad, self.version - read_version)
-            self.version += 1
-            if self.checkpoint_every and self.version % self.checkpoint_every == 0:
-                self._checkpoint()
-            if self.version == self.die_at_update:  # injected fault: the whole process dies
-                os.kill(os.getpid(), signal.SIGKILL)
-            self.changed.notify_all()
+            self._commit(grad, self.version - read_version)
             return self.version, self.incarnation
+
+    async def join(self, worker: int, clock: int) -> None:
+        """Dynamic scaling: ``worker`` takes part from step ``clock`` on."""
+        async with self.changed:
+            self.clocks[worker] = clock
+            self.changed.notify_all()
+
+    async def leave(self, worker: int) -> None:
+        """Dynamic scaling: ``worker`` stops; a sync round no longer waits for it."""
+        async with self.changed:
+            self.clocks.pop(worker, None)
+            if self.mode == "sync" and self.pending and len(self.pending) >= len(self.clocks):
+                self._commit(None, 0)
+            self.changed.notify_all()
+
+    def _commit(self, grad, staleness: int) -> None:
+        """Apply one update (sync: the mean of the round's gradients), checkpoint, wake waiters."""
+        if self.mode == "sync":
+            grad, self.pending = np.mean(self.pending, axis=0), []
+        self._apply(grad, staleness)
+        self.version += 1
+        if self.checkpoint_every and self.version % self.checkpoint_every == 0:
+            self._checkpoint()
+        if self.version == self.die_at_update:  # injected fault: the whole process dies
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.changed.notify_all()
 
     def snapshot(self):
         """(slice, version) without waiting: for evaluation and export."""
@@ -99,6 +122,12 @@ class ParameterShard:
     def clock_of(self, worker: int) -> int:
         """Steps of ``worker`` this shard has received."""
         return self.clocks[worker]
+
+    def slowest_clock(self) -> int:
+        return self._slowest()
+
+    def _slowest(self) -> int:
+        return min(self.clocks.values(), default=0)
 
     def _apply(self, grad: np.ndarray, staleness: int) -> None:
         with warnings.catch_warnings():  # object-store arrays are read-only; the optimiser only reads .grad
@@ -113,7 +142,7 @@ class ParameterShard:
         tensors = {"param": self.param.detach().clone()}
         for name, value in self.optimizer.state[self.param].items():
             tensors[f"opt.{name}"] = value.detach().clone() if torch.is_tensor(value) else torch.tensor(value)
-        metadata = {"version": str(self.version), "clocks": ",".join(map(str, self.clocks))}
+        metadata = {"version": str(self.version), "clocks": ",".join(f"{w}:{c}" for w, c in self.clocks.items())}
         self.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.checkpoint_path.parent, suffix=".tmp")
         os.close(fd)
@@ -133,5 +162,5 @@ class ParameterShard:
             self.param.copy_(tensors.pop("param"))
         self.optimizer.state[self.param] = {k.removeprefix("opt."): v for k, v in tensors.items()}
         self.version = int(metadata["version"])
-        self.clocks = [int(c) for c in metadata["clocks"].split(",")]
+        self.clocks = {int(w): int(c) for w, c in (item.split(":") for item in metadata["clocks"].split(",") if item)}
         return self.version
