@@ -313,8 +313,8 @@ def _parallelize(model: torch.nn.Module, parallel: ParallelSpec, rank: int) -> _
 def _evaluate(module, shard, device, bf16: bool) -> torch.Tensor:
     """[loss sum, correct, count] on this rank's test shard, using rank 0's BatchNorm statistics.
 
-    Runs the unwrapped module: evaluation needs no gradient sync, and ranks may see different
-    numbers of test batches.
+    Runs the unwrapped module: evaluation needs no gradient sync. (Under expert parallelism the
+    forward is collective; Ray Data's equal split gives every rank the same number of batches.)
     """
     if dist.is_initialized():
         for buffer in module.buffers():  # evaluate exactly the weights that get exported

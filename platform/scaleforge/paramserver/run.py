@@ -125,7 +125,7 @@ def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
                 running[workers[index].run.remote(steps - clock, first_clock=clock)] = index
         while scaling and scaling[0].at_s <= time.perf_counter() - started and running:
             target = scaling.pop(0).workers
-            active = sorted(running.values())
+            active = sorted(i for i in running.values() if i not in removed)  # killed ones may linger
             for index in range(len(workers), len(workers) + max(0, target - len(active))):
                 clock = ray.get(shards[0].slowest_clock.remote())  # join level with the slowest
                 ray.get([s.join.remote(index, clock) for s in shards])
