@@ -111,3 +111,15 @@ def test_workers_join_and_leave_while_training(ray_cluster, tmp_path, mode):
     assert kinds == [("worker_added", 2), ("worker_removed", 2), ("worker_removed", 1)], result.events
     assert result.events[1]["seconds"] - result.events[0]["seconds"] > 1.0  # two separate moments
     assert result.test_accuracy > 0.5, result.summary()  # training went on after each change
+
+
+def test_run_stops_once_the_target_accuracy_is_reached(ray_cluster, tmp_path):
+    result = run_async_sgd(_config(
+        tmp_path, "data.num_samples=4000", "model={name: mlp, hidden: [64]}", "workers.epochs=200",
+        "run.eval_every_s=0.3", "run.stop_at_accuracy=0.4",
+    ))
+    (stop,) = [e for e in result.events if e["event"] == "stopped_at_accuracy"]
+    assert stop["test_accuracy"] >= 0.4 and result.test_accuracy >= 0.4
+    planned = 200 * 2000 // 64  # steps per worker; far more than it took
+    assert result.updates < planned / 2, result.summary()
+    assert result.curve[-1]["test_accuracy"] == stop["test_accuracy"]

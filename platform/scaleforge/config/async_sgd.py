@@ -57,6 +57,8 @@ class PSRunSpec(_Section):
     """Where the run summary (JSON), the accuracy plot (PNG) and shard checkpoints go."""
     eval_every_s: PositiveFloat = 1.0
     """Wall-clock seconds between test-accuracy measurements."""
+    stop_at_accuracy: Optional[float] = Field(default=None, gt=0.0, le=1.0)
+    """Stop as soon as a measurement reaches this test accuracy (time-to-accuracy runs)."""
 
 
 class PSFaultSpec(_Section):

@@ -34,6 +34,8 @@ class AsyncSGDResult:
     staleness: dict[str, list[int]]
     curve: list[dict[str, float]] = field(repr=False)
     events: list[dict[str, Any]] = field(default_factory=list)
+    startup_s: float = 0.0
+    """Seconds from the start of the run until every worker was up (not counted in ``wall_s``)."""
     artifact: Path = None
     summary_path: Path = None
     plot_path: Path = None
@@ -43,7 +45,7 @@ class AsyncSGDResult:
         updates = np.array(self.staleness["updates"]) if self.staleness["updates"] else np.zeros(1)
         return "\n".join([
             f"[{self.mode}] test accuracy {self.test_accuracy:.4f}; {self.updates} updates in {self.wall_s:.1f} s "
-            f"({self.updates / self.wall_s:.1f} updates/s)",
+            f"({self.updates / self.wall_s:.1f} updates/s) after {self.startup_s:.1f} s of start-up",
             f"staleness: clock max {clock.max()} (mean {clock.mean():.2f}); updates max {updates.max()} "
             f"(mean {updates.mean():.2f})",
             *(f"event: {e}" for e in self.events),
@@ -60,6 +62,7 @@ def worker_shards(num_examples: int, num_workers: int, seed: int) -> list[np.nda
 def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
     """Train ``cfg.model`` with SGD on parameter-server shards; export the model and a run summary."""
     server, workers_cfg = cfg.server, cfg.workers
+    launched = time.perf_counter()
     ensure_ray(min_cpus=max([workers_cfg.num_workers] + [e.workers for e in workers_cfg.scaling]) + 1)
     data = load_arrays(cfg.data)
     info = data.info
@@ -104,6 +107,8 @@ def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
 
     workers = [start_worker(i, cfg.fault.kill_worker_at_step if i == 0 else None)
                for i in range(workers_cfg.num_workers)]
+    # The clock starts once every worker is up: process start-up is not training time.
+    ray.get([w.ready.remote() for w in workers])
     started = time.perf_counter()
     running = {w.run.remote(steps): i for i, w in enumerate(workers)}
     curve, reports, events, removed = [], [], [], set()
@@ -141,11 +146,17 @@ def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
         curve.append(_evaluate(shards, layout, model, data, time.perf_counter() - started))
         print(f"[{server.mode}] {curve[-1]['seconds']:6.1f}s  updates {curve[-1]['updates']:6d}  "
               f"test_acc {curve[-1]['test_accuracy']:.4f}", flush=True)
+        if cfg.run.stop_at_accuracy and curve[-1]["test_accuracy"] >= cfg.run.stop_at_accuracy and running:
+            events.append({"seconds": curve[-1]["seconds"], "event": "stopped_at_accuracy",
+                           "test_accuracy": curve[-1]["test_accuracy"]})
+            for index in running.values():
+                ray.kill(workers[index])
+            running.clear()
     wall = time.perf_counter() - started
     stats = ray.get([s.stats.remote() for s in shards])
     staleness = {kind: [v for s in stats for v in s["staleness"][kind]] for kind in ("clock", "updates")}
     result = AsyncSGDResult(server.mode, curve[-1]["test_accuracy"], stats[0]["version"], wall, staleness, curve,
-                            events=events + _shard_restarts(stats, reports))
+                            events=events + _shard_restarts(stats, reports), startup_s=started - launched)
     result.artifact = save_artifact(
         cfg.artifact.dir, model, cfg.model, input_dim=info.input_dim, num_classes=info.num_classes,
         metrics={"test_accuracy": result.test_accuracy},
@@ -176,8 +187,14 @@ def _evaluate(shards, layout: ParamLayout, model, data, seconds: float) -> dict[
     snapshots = ray.get([s.snapshot.remote() for s in shards])
     layout.assign(model, np.concatenate([flat for flat, _ in snapshots]))
     model.eval()
-    with torch.no_grad():
-        predicted = model(torch.from_numpy(data.x_test)).argmax(1).numpy()
+    # One thread: evaluation runs while workers train, and must not take their cores.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.inference_mode():
+            predicted = model(torch.from_numpy(data.x_test)).argmax(1).numpy()
+    finally:
+        torch.set_num_threads(threads)
     return {"seconds": seconds, "updates": int(snapshots[0][1]), "test_accuracy": float((predicted == data.y_test).mean())}
 
 
@@ -191,6 +208,7 @@ def _write_report(output: Path, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> 
     mode = result.mode
     summary: dict[str, Any] = {
         "mode": mode, "test_accuracy": result.test_accuracy, "updates": result.updates, "wall_s": result.wall_s,
+        "startup_s": result.startup_s,
         "updates_per_s": result.updates / result.wall_s,
         "staleness_histogram": {kind: {str(k): int(v) for k, v in zip(*np.unique(values, return_counts=True))}
                                 for kind, values in result.staleness.items()},

@@ -47,6 +47,10 @@ class AsyncWorker:
         self.layout = ParamLayout.of(self.model)
         self.batches = batches(x, y, batch_size, seed)
 
+    def ready(self) -> bool:
+        """True once constructed (model built, data shard held): a run's clock starts when every worker is."""
+        return True
+
     def run(self, steps: int, first_clock: int = 0) -> dict:
         """``steps`` rounds of pull -> gradient -> push to every shard, never waiting for other
         workers except where the consistency mode makes ``pull`` wait."""
