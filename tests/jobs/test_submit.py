@@ -2,73 +2,27 @@
 
 import json
 import re
-import os
 import secrets
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
-import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import pytest
 
 from conftest import REPO
 from scaleforge.artifacts import load_artifact
+from scaleforge.cluster import LocalHead
+from scaleforge.cluster.local import RAY
 
-RAY = str(Path(sys.executable).with_name("ray"))
 RUNTIME_ENV = json.dumps({"py_modules": ["platform/scaleforge"]})
-
-
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 @pytest.fixture(scope="module")
 def head():
-    """A Ray head started with `ray start --head --block` on free ports, token auth on."""
-    gcs, dashboard, agent, agent_grpc, metrics, runtime_env, client = _free_ports(7)
-    token = secrets.token_hex(32)
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token,
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
-    # Its own temp dir, so this head never becomes the machine's "current cluster" for ray.init().
-    temp_dir = tempfile.mkdtemp(prefix="sfray", dir="/tmp")
-    proc = subprocess.Popen(
-        [RAY, "start", "--head", "--block", "--num-cpus=4", "--disable-usage-stats", f"--temp-dir={temp_dir}",
-         "--node-ip-address=127.0.0.1", f"--port={gcs}", "--dashboard-host=127.0.0.1",
-         f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={agent}",
-         f"--dashboard-agent-grpc-port={agent_grpc}", f"--metrics-export-port={metrics}",
-         f"--runtime-env-agent-port={runtime_env}", f"--ray-client-server-port={client}"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    address = f"http://127.0.0.1:{dashboard}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(f"{address}/api/version", timeout=2)
-            break
-        except urllib.error.HTTPError:
-            break  # the dashboard answers (401 without a token): it is up
-        except OSError:
-            assert proc.poll() is None, "ray start --head exited"
-            time.sleep(1)
-    else:
-        proc.terminate()
-        pytest.fail("the Ray head's dashboard did not come up within 120 s")
-    yield address, env
-    proc.terminate()
-    proc.wait(timeout=60)
-    shutil.rmtree(temp_dir, ignore_errors=True)
+    """A Ray head of its own (`ray start --head --block`, free ports, own temp dir), token auth on."""
+    with LocalHead(num_cpus=4) as local:
+        env = local.env()
+        env.pop("RAY_ADDRESS")  # the CLI gets --address; jobs get theirs from the head
+        yield local.dashboard_url, env
 
 
 def _ray(args, env, timeout=600):

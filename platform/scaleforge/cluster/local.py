@@ -1,0 +1,133 @@
+"""A Ray head of its own on this machine: for ``ray job submit`` tests and the autoscaling simulation.
+
+``ray start --head --block`` on free ports, in a temp dir of its own (so it never becomes the
+machine's "current cluster" that a plain ``ray.init()`` would join), with token authentication
+on. Unlike ``ray.cluster_utils.AutoscalingCluster`` it never runs ``ray stop --force``, which
+would kill every Ray process on the machine, other sessions' included: stopping ends the head's
+own ``ray start`` process and then whatever still runs in its temp dir (the fake nodes an
+autoscaler launched).
+"""
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Optional
+
+import psutil
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on 127.0.0.1 right now."""
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+class LocalHead:
+    """A Ray head on 127.0.0.1, started and stopped as a unit (a context manager).
+
+    Args:
+        num_cpus: logical CPUs the head advertises.
+        autoscaling_config: a ``fake_multinode`` config (see ``simulated_config``): the head then
+            runs Ray's autoscaler, which launches and removes fake nodes on this machine.
+        resources: custom resources of the head.
+    """
+
+    def __init__(self, num_cpus: float = 4, *, autoscaling_config: Optional[dict[str, Any]] = None,
+                 resources: Optional[dict[str, float]] = None):
+        self.num_cpus, self.autoscaling_config, self.resources = num_cpus, autoscaling_config, resources or {}
+        self.token = secrets.token_hex(32)
+        self.temp_dir = tempfile.mkdtemp(prefix="sfray", dir="/tmp")  # short: socket paths are limited
+        self.gcs_port, self.dashboard_port, *self._other_ports = free_ports(7)
+        self.process: Optional[subprocess.Popen] = None
+
+    @property
+    def gcs_address(self) -> str:
+        return f"127.0.0.1:{self.gcs_port}"
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """Environment for a driver or CLI call against this head (address and token set)."""
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env.update(RAY_ADDRESS=self.gcs_address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.token,
+                   PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", **extra)
+        return env
+
+    def start(self, timeout_s: float = 120) -> "LocalHead":
+        agent, agent_grpc, metrics, runtime_env, client = self._other_ports
+        command = [RAY, "start", "--head", "--block", f"--num-cpus={self.num_cpus}", "--disable-usage-stats",
+                   f"--temp-dir={self.temp_dir}", "--node-ip-address=127.0.0.1", f"--port={self.gcs_port}",
+                   "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}",
+                   f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
+                   f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}",
+                   f"--ray-client-server-port={client}"]
+        if self.resources:
+            command.append(f"--resources={json.dumps(self.resources)}")
+        env = self.env()
+        env.pop("RAY_ADDRESS")
+        if self.autoscaling_config is not None:
+            config = dict(self.autoscaling_config, provider={**self.autoscaling_config["provider"],
+                                                              "gcs_address": self.gcs_address})
+            path = Path(self.temp_dir) / "autoscaling.json"
+            path.write_text(json.dumps(config))
+            command.append(f"--autoscaling-config={path}")
+            env.update(RAY_FAKE_CLUSTER="1", AUTOSCALER_UPDATE_INTERVAL_S="1")
+        self.process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._wait_for_dashboard(timeout_s)
+        return self
+
+    def _wait_for_dashboard(self, timeout_s: float) -> None:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(f"{self.dashboard_url}/api/version", timeout=2)
+                return
+            except urllib.error.HTTPError:
+                return  # it answers (401 without a token): up
+            except OSError:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"ray start --head exited with {self.process.returncode}") from None
+                time.sleep(1)
+        self.stop()
+        raise TimeoutError(f"the Ray head's dashboard did not come up within {timeout_s:.0f} s")
+
+    def stop(self) -> None:
+        """End the head and every process still running from its temp dir; remove the temp dir."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        for process in psutil.process_iter(["cmdline"]):
+            try:
+                if any(self.temp_dir in part for part in process.info["cmdline"] or []):
+                    process.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalHead":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

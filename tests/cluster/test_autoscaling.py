@@ -1,0 +1,84 @@
+"""Ray's autoscaler on a local simulation of cluster.yaml: nodes come on demand and go when idle.
+
+The head runs Ray's real autoscaler (fake_multinode provider): each "node" it launches is a
+raylet on this machine advertising the node type's declared CPUs and GPUs. Drivers run in
+subprocesses, as users' jobs do, so this test process stays on the session's own cluster.
+"""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO
+from scaleforge.cluster import LocalHead, load_cluster_config, simulated_config
+
+IDLE_TIMEOUT_MINUTES = 0.1  # 6 s: the test config shortens cluster.yaml's 5 minutes
+
+NODES = """
+import json, ray
+ray.init(logging_level="ERROR")
+print("RESULT", json.dumps([{"alive": n["Alive"], "type": n["Labels"].get("ray.io/node-type-name") or "",
+                   "resources": n["Resources"]} for n in ray.nodes()]))
+"""
+
+GPU_TASK = """
+import json, os, ray
+ray.init(logging_level="ERROR")
+
+@ray.remote(num_gpus=1)
+def where():
+    return os.environ.get("RAY_NODE_TYPE_NAME"), ray.get_gpu_ids()
+
+print("RESULT", json.dumps(ray.get(where.remote(), timeout=240)))
+"""
+
+
+@pytest.fixture(scope="module")
+def cloud():
+    config = simulated_config(load_cluster_config(REPO / "cluster.yaml"), idle_timeout_minutes=IDLE_TIMEOUT_MINUTES,
+                              max_workers_per_type=2)
+    with LocalHead(num_cpus=1, autoscaling_config=config) as head:
+        yield head
+
+
+def _driver(head, code, timeout=300):
+    out = subprocess.run([sys.executable, "-c", code], env=head.env(), cwd=REPO, capture_output=True, text=True,
+                         timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # The driver's stdout also carries the autoscaler's messages: the result is the marked line.
+    (result,) = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    return json.loads(result.removeprefix("RESULT "))
+
+
+def _alive_gpu_nodes(head):
+    return [n for n in _driver(head, NODES) if n["alive"] and n["resources"].get("GPU")]
+
+
+@pytest.mark.slow
+def test_gpu_work_launches_the_gpu_node_type_and_the_idle_node_is_removed(cloud):
+    assert not _alive_gpu_nodes(cloud), "no GPU node before GPU work is asked for"
+    node_type, gpu_ids = _driver(cloud, GPU_TASK)
+    assert node_type == "gpu_worker" and len(gpu_ids) == 1
+    deadline = time.time() + 120
+    while _alive_gpu_nodes(cloud):
+        assert time.time() < deadline, "the idle GPU node was not removed within 120 s"
+        time.sleep(3)
+
+
+@pytest.mark.slow
+def test_training_that_needs_more_nodes_than_the_head_gets_them_and_completes(cloud, tmp_path):
+    # Two workers of 12 CPUs each: the 1-CPU head holds neither, one 16-CPU node holds one.
+    out = subprocess.run(
+        [sys.executable, "-m", "jobs.train", "--config", "configs/train_dp.yaml",
+         "--set", "data.num_samples=3000", "--set", "optim.epochs=2", "--set", "scaling.num_workers=2",
+         "--set", "scaling.resources_per_worker={CPU: 12}", "--set", f"run.storage_path={tmp_path / 'runs'}",
+         "--set", f"artifact.dir={tmp_path / 'artifact'}"],
+        env=cloud.env(), cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert (tmp_path / "artifact" / "manifest.json").is_file()
+    launched = [n for n in _driver(cloud, NODES) if n["resources"].get("CPU") == 16]
+    assert len(launched) >= 2, launched
