@@ -1,0 +1,115 @@
+"""Node-loss drills on a multi-node cluster on one machine (``ray.cluster_utils.Cluster``).
+
+    python tests/cluster/node_loss.py async_sgd|train OUTPUT_DIR
+
+Each drill builds a cluster of several raylets (the head holds no work), runs a real job on it,
+removes a node while the job runs, and prints one ``RESULT {...}`` line saying what was lost and
+how the job ended. It runs as its own process because a driver joins one cluster at a time, and
+the test session already has its own.
+"""
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import ray
+from ray.cluster_utils import Cluster
+from ray.util.state import list_actors
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO / "platform"), str(REPO)]
+
+from scaleforge.config import AsyncSGDConfig, TrainJobConfig, load_config  # noqa: E402
+
+
+def _node_of(class_name: str, cluster: Cluster, deadline_s: float = 120):
+    """The cluster node (a ``ray._private.node.Node``) running an alive actor of ``class_name``."""
+    deadline = time.time() + deadline_s
+    while time.time() < deadline:
+        alive = list_actors(filters=[("class_name", "=", class_name), ("state", "=", "ALIVE")])
+        by_id = {node.node_id: node for node in cluster.list_all_nodes()}
+        for actor in alive:
+            if actor.node_id in by_id and by_id[actor.node_id] is not cluster.head_node:
+                return by_id[actor.node_id]
+        time.sleep(0.5)
+    raise TimeoutError(f"no alive {class_name} on a worker node within {deadline_s:.0f} s")
+
+
+def _remove_later(cluster: Cluster, pick_node, removed: dict, replace_with: dict | None = None) -> threading.Thread:
+    """In the background: wait for ``pick_node()``, remove that node, optionally add a fresh one."""
+
+    def run():
+        node = pick_node()
+        removed["node_id"], removed["at"] = node.node_id, time.time()
+        cluster.remove_node(node, allow_graceful=False)
+        if replace_with is not None:  # as an autoscaler would: a new node of the same type
+            cluster.add_node(**replace_with)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def async_sgd(cluster: Cluster, output: Path) -> dict:
+    """Remove the node holding shard 0 once the run has checkpointed a few times."""
+    from scaleforge.paramserver import run_async_sgd
+
+    cfg = load_config(AsyncSGDConfig, REPO / "configs/async_sgd.yaml", [
+        "data.num_samples=8000", "workers.epochs=6", "server.checkpoint_every=25", "run.eval_every_s=1",
+        f"run.output_dir={output / 'out'}", f"artifact.dir={output / 'artifact'}",
+    ])
+    removed: dict = {}
+
+    def shard_node_after_a_while():
+        node = _node_of("ParameterShard", cluster)
+        time.sleep(6)  # some checkpoints written, some updates since
+        return node
+
+    _remove_later(cluster, shard_node_after_a_while, removed)
+    result = run_async_sgd(cfg)
+    return {"test_accuracy": result.test_accuracy, "events": result.events, "removed": removed.get("node_id"),
+            "checkpoint_every": cfg.server.checkpoint_every, "updates": result.updates}
+
+
+def train(cluster: Cluster, output: Path) -> dict:
+    """Remove a training worker's node after the second checkpoint; a fresh node replaces it."""
+    from scaleforge.distributed.dp import run_training
+
+    cfg = load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", [
+        "data.num_samples=4000", "optim.epochs=5", "run.max_failures=2", f"run.storage_path={output / 'runs'}",
+        "run.name=node-loss", f"artifact.dir={output / 'artifact'}",
+    ])
+    removed: dict = {}
+
+    def worker_node_after_two_checkpoints():
+        while len(list((output / "runs" / "node-loss").glob("checkpoint_*"))) < 2:
+            time.sleep(0.5)
+        return _node_of("RayTrainWorker", cluster)
+
+    _remove_later(cluster, worker_node_after_two_checkpoints, removed, replace_with={"num_cpus": 2})
+    result = run_training(cfg)
+    return {"test_accuracy": result.metrics["test_accuracy"], "resumed_from_epoch": result.metrics["resumed_from_epoch"],
+            "epochs": [h["epoch"] for h in result.history], "removed": removed.get("node_id")}
+
+
+def main() -> None:
+    drill, output = sys.argv[1], Path(sys.argv[2])
+    # A dead node is declared dead after ~3 s instead of Ray's default ~30 s (shortened for the drill).
+    fast_detection = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
+                      "health_check_failure_threshold": 3}
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "_system_config": fast_detection})
+    for _ in range(3):
+        cluster.add_node(num_cpus=2)
+    ray.init(address=cluster.address, logging_level="ERROR")
+    try:
+        result = {"async_sgd": async_sgd, "train": train}[drill](cluster, output)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    print("RESULT", json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""Losing a node mid-run, on a real multi-node cluster (several raylets on this machine).
+
+The drills live in node_loss.py and run as their own driver process; each prints what it lost.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+DRILLS = Path(__file__).with_name("node_loss.py")
+
+
+def _drill(name, output):
+    out = subprocess.run([sys.executable, str(DRILLS), name, str(output)], cwd=REPO, capture_output=True, text=True,
+                         timeout=900)
+    results = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert out.returncode == 0 and results, out.stdout[-3000:] + out.stderr[-3000:]
+    return json.loads(results[-1].removeprefix("RESULT "))
+
+
+@pytest.mark.slow
+def test_async_sgd_survives_losing_the_node_of_a_shard(tmp_path):
+    result = _drill("async_sgd", tmp_path)
+    restored = [e for e in result["events"] if e["event"] == "shard_restored"]
+    assert result["removed"] and restored, result
+    for event in restored:  # restored on a surviving node from its checkpoint, at most K updates lost
+        assert event["restored_version"] > 0 and 0 <= event["lost_updates"] <= result["checkpoint_every"], event
+    assert result["test_accuracy"] >= 0.85, result
+
+
+@pytest.mark.slow
+def test_ray_train_job_resumes_from_its_checkpoint_after_losing_a_node(tmp_path):
+    result = _drill("train", tmp_path)
+    assert result["removed"] and result["resumed_from_epoch"] >= 1, result
+    assert result["epochs"] == [1, 2, 3, 4, 5], "each epoch exactly once: resumed, not restarted"
+    assert result["test_accuracy"] >= 0.7, result
