@@ -3,11 +3,12 @@
 from scaleforge.config.cli import parse_job_config, run_job
 from scaleforge.config.loader import ConfigError, load_config
 from scaleforge.config.async_sgd import AsyncSGDConfig
+from scaleforge.config.hwbench import HWBenchConfig
 from scaleforge.config.schema import TrainJobConfig
 
-JOB_SCHEMAS = {"jobs.train": TrainJobConfig, "jobs.async_sgd": AsyncSGDConfig}
+JOB_SCHEMAS = {"jobs.train": TrainJobConfig, "jobs.async_sgd": AsyncSGDConfig, "jobs.hwbench": HWBenchConfig}
 """Each job module and the schema of its ``--config`` file."""
 
 __all__ = [
-    "AsyncSGDConfig", "ConfigError", "JOB_SCHEMAS", "load_config", "parse_job_config", "run_job", "TrainJobConfig",
+    "AsyncSGDConfig", "ConfigError", "HWBenchConfig", "JOB_SCHEMAS", "load_config", "parse_job_config", "run_job", "TrainJobConfig",
 ]

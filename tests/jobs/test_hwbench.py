@@ -1,0 +1,36 @@
+"""jobs.hwbench: one measurement per node, figures a plain torch loop agrees with."""
+
+import json
+import time
+
+import torch
+
+from conftest import REPO
+from jobs.hwbench import run_hwbench
+from scaleforge.config import HWBenchConfig, load_config
+
+
+def _plain_matmul_tflops(size=1024, repeats=10):
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.matmul(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e12
+
+
+def test_hwbench_measures_every_node_and_agrees_with_a_plain_matmul_loop(ray_cluster, tmp_path):
+    cfg = load_config(HWBenchConfig, REPO / "configs/hwbench.yaml", [f"output={tmp_path / 'hw.json'}", "repeats=10"])
+    result = run_hwbench(cfg)
+    nodes = [n for n in ray_cluster.nodes() if n["Alive"]]
+    cpus = [r for r in result.reports if r.device == "cpu"]
+    assert len(cpus) == len(nodes)
+    cpu = cpus[0]
+    assert cpu.matmul_tflops["fp32"] > 0 and cpu.memory_gbps > 0
+    plain = _plain_matmul_tflops()
+    assert 0.5 <= cpu.matmul_tflops["fp32"] / plain <= 2.0, (cpu.matmul_tflops, plain)
+    written = json.loads((tmp_path / "hw.json").read_text())
+    assert written[0]["matmul_tflops"]["fp32"] == cpu.matmul_tflops["fp32"]
+    assert "fp32 TFLOP/s" in result.summary()
