@@ -1,4 +1,5 @@
 # The README's two commands: `make demo` and `make test`. Both create .venv and install on first use.
+SHELL  := /bin/bash
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -8,7 +9,7 @@ TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 CONFIG ?= configs/train_dp.yaml
 
-.PHONY: install demo test test-fast submit clean
+.PHONY: install demo test test-fast bench submit clean
 
 install: $(STAMP)
 
@@ -27,6 +28,14 @@ test: install
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# Every benchmark in bench/, side by side runs; their tables go into the README.
+BENCHES ?= moe paramserver
+bench: install
+	mkdir -p bench/results
+	for b in $(BENCHES); do $(BIN)/python bench/$$b.py 2>/dev/null | tee bench/results/$$b.txt; \
+		test $${PIPESTATUS[0]} -eq 0 || exit 1; done
+	$(BIN)/python bench/readme_tables.py README.md bench/results
 
 # Submit a job to a running cluster (RAY_ADDRESS, default the local head's dashboard).
 submit: install
