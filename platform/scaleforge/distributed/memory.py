@@ -5,8 +5,10 @@ is what occupies this worker's memory. Activations and communication buffers are
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
@@ -58,3 +60,19 @@ def single_process_memory(module: nn.Module, optimizer_name: str) -> MemoryRepor
     param_bytes = sum(p.numel() * p.element_size() for p in params)
     optimizer_bytes = 2 * param_bytes + 4 * len(params) if optimizer_name == "adamw" else param_bytes
     return MemoryReport(params=param_bytes, grads=param_bytes, optimizer=optimizer_bytes)
+
+
+def gather_memory(mine: MemoryReport, reference: MemoryReport) -> dict[str, Any]:
+    """Every rank's report (a collective), the one-process reference and the largest ratio, as JSON."""
+    table = [torch.zeros(3, dtype=torch.int64) for _ in range(dist.get_world_size())]
+    dist.all_gather(table, torch.tensor([mine.params, mine.grads, mine.optimizer]))
+    reports = [MemoryReport(*(int(v) for v in row)) for row in table]
+    return {"memory_per_worker": [vars(r) for r in reports], "memory_single_process": vars(reference),
+            "memory_max_ratio": max(r.total for r in reports) / reference.total}
+
+
+def describe_memory(memory: dict[str, Any]) -> str:
+    """The lines the job prints: one process, then each rank with its fraction of it."""
+    reference = MemoryReport(**memory["memory_single_process"])
+    return "\n".join([f"[memory] one process: {reference.describe(reference)}"] + [
+        f"[memory] rank {rank}: {MemoryReport(**r).describe(reference)}" for rank, r in enumerate(memory["memory_per_worker"])])
