@@ -1,4 +1,4 @@
-"""Schema of the data-parallel training job (``jobs.train``)."""
+"""Schema of the training job (``jobs.train``)."""
 
 from typing import Literal, Optional
 
@@ -116,7 +116,7 @@ class ParallelSpec(_Section):
 
 
 class TrainJobConfig(_Section):
-    """``python -m jobs.train``: data-parallel training on Ray Train."""
+    """``python -m jobs.train``: training on Ray Train, data, expert or model parallel (``parallel``)."""
 
     data: DataSpec = Field(default_factory=DataSpec)
     model: ModelSpec = Field(default_factory=CNN1dSpec)
@@ -195,8 +195,8 @@ class TrainJobConfig(_Section):
         for name in ("tp", "pp"):
             if name in split and model.name != "transformer":
                 raise ValueError(f"parallel.{name} ({split[name]}) needs model.name=transformer, not {model.name}")
-        if "tp" in split:
-            for field in ("num_heads", "d_model", "ff_dim"):
+        if "tp" in split:  # tp | num_heads also gives tp | d_model (d_model is a multiple of num_heads)
+            for field in ("num_heads", "ff_dim"):
                 if getattr(model, field) % parallel.tp:
                     raise ValueError(f"parallel.tp ({parallel.tp}) must divide model.{field} ({getattr(model, field)})")
         if "pp" in split:

@@ -35,5 +35,10 @@ class ReplicatedBatches:
 
 
 def data_slice(x: torch.Tensor, y: torch.Tensor, data_rank: int, data_world: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every ``data_world``-th example from ``data_rank``: this rank's share of the test set."""
-    return x[data_rank::data_world], y[data_rank::data_world]
+    """Every ``data_world``-th example from ``data_rank``: this rank's share of the test set.
+
+    The last ``len(x) % data_world`` examples are left out: every rank then runs the same number
+    of forward passes, which are collective under FSDP.
+    """
+    usable = len(x) - len(x) % data_world
+    return x[data_rank:usable:data_world], y[data_rank:usable:data_world]
