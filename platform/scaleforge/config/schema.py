@@ -187,6 +187,8 @@ class TrainJobConfig(_Section):
     def _check_model_parallel(self) -> None:
         parallel, model = self.parallel, self.model
         split = {name: getattr(parallel, name) for name in ("fsdp", "tp", "pp") if getattr(parallel, name) > 1}
+        if self.optim.precision != "fp32":
+            raise ValueError(f"parallel.{next(iter(split))} trains in fp32 only; set optim.precision=fp32")
         if len(split) > 1 and set(split) != {"fsdp", "tp"}:
             raise ValueError(f"parallel: {' and '.join(f'{k} ({v})' for k, v in split.items())} do not combine; "
                              "supported: each of fsdp, tp, pp with dp, and fsdp with tp")

@@ -23,9 +23,9 @@ import torch.nn.functional as F
 from pydantic import TypeAdapter
 from ray.train import (
     Checkpoint,
-    DataConfig,
     CheckpointConfig,
     CheckpointConsistencyMode,
+    DataConfig,
     FailureConfig,
     LoggingConfig,
     RunConfig,
@@ -48,8 +48,8 @@ from scaleforge.distributed.checkpoint import (
 from scaleforge.distributed.ep import expert_groups, gather_expert_state, shard_experts, sync_gradients
 from scaleforge.distributed.memory import describe_memory, gather_memory, single_process_memory
 from scaleforge.distributed.model_parallel import ModelParallel, load_gathered_weights, parallelize
-from scaleforge.distributed.worker_data import WorkerData
 from scaleforge.distributed.schedule import learning_rate_at, peak_learning_rate
+from scaleforge.distributed.worker_data import WorkerData
 from scaleforge.models import ModelSpec, build_model, count_parameters
 from scaleforge.models.moe import auxiliary_loss, expert_load, moe_layers
 from scaleforge.runtime import ensure_ray
@@ -174,8 +174,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         torch.set_num_threads(max(1, int(job["scaling"]["resources_per_worker"].get("CPU", 1))))
     torch.manual_seed(optim.seed)
 
-    model_spec = _MODEL_SPEC.validate_python(job["model"])
-    model = build_model(model_spec, info["input_dim"], info["num_classes"])
+    model = build_model(_MODEL_SPEC.validate_python(job["model"]), info["input_dim"], info["num_classes"])
     reference_memory = single_process_memory(model, optim.optimizer)
     parallel = ParallelSpec(**job["parallel"])
     checkpoint = ray.train.get_checkpoint()
@@ -207,8 +206,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         began = time.perf_counter()
         for layer in moe_layers(module):
             layer.reset_stats()
-        train, step, lr = _train_epoch(layout, optimizer, data.train_batches(epoch), device, optim, schedule, step,
-                                       epoch, die_at_batch=data.steps_per_epoch // 2 if dies_now else -1)
+        train, step, lr = _train_epoch(layout, optimizer, data.train_batches(epoch), optim, schedule, step, epoch,
+                                       die_at_batch=data.steps_per_epoch // 2 if dies_now else -1)
         elapsed = torch.tensor([time.perf_counter() - began])
         if layout.split and not memory:  # after the first step every gradient and optimiser state exists
             memory = gather_memory(layout.split.memory(optimizer), reference_memory)
@@ -244,7 +243,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                 {"epoch": epoch, "step": step, "history": history, "resumed_from_epoch": start_epoch, "memory": memory})
 
 
-def _train_epoch(layout: "_Layout", optimizer, batches, device, optim: OptimSpec, schedule, step: int, epoch: int,
+def _train_epoch(layout: "_Layout", optimizer, batches, optim: OptimSpec, schedule, step: int, epoch: int,
                  die_at_batch: int):
     """One pass over this rank's ``(x, y)`` batches. Returns ([loss sum, correct, seen], next step, last lr)."""
     layout.model.train()
@@ -261,8 +260,7 @@ def _train_epoch(layout: "_Layout", optimizer, batches, device, optim: OptimSpec
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=optim.precision == "bf16"):
-            loss, logits = layout.train_step(x, y)
+        loss, logits = layout.train_step(x, y, bf16=optim.precision == "bf16")
         optimizer.step()
         step += 1
         if logits is not None:  # model parallel: only the rank that reports for its data slice
@@ -316,13 +314,15 @@ class _Layout:
     split: Optional[ModelParallel] = None
     """Model parallel (fsdp, tp, pp): its own step, prediction and sharded checkpoints."""
 
-    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-        """Forward and backward with gradients synchronised; ``(loss, logits)``, or ``(None, None)``
-        on model-parallel ranks that do not see the logits."""
+    def train_step(self, x: torch.Tensor, y: torch.Tensor, bf16: bool = False):
+        """Forward (autocast to bf16 if asked; model parallel is fp32 only) and backward with
+        gradients synchronised. Returns ``(loss, logits)``, or ``(None, None)`` on model-parallel
+        ranks that do not see the logits."""
         if self.split:
             return self.split.train_step(x, y)
-        logits = self.model(x)
-        loss = F.cross_entropy(logits.float(), y) + auxiliary_loss(self.module)
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = self.model(x)
+            loss = F.cross_entropy(logits.float(), y) + auxiliary_loss(self.module)
         loss.backward()
         if self.sync_gradients:
             self.sync_gradients()

@@ -80,7 +80,8 @@ class ModelParallel:
         """Forward and backward of one batch; gradients end up averaged over the data slices.
 
         Returns:
-            (mean loss, logits) on ranks that see the logits, ``(None, None)`` on other stages.
+            (mean loss, logits) on the rank that reports for this data slice (:attr:`reports_metrics`),
+            ``(None, None)`` on the others, so that metrics summed over ranks count each example once.
         """
         if self.schedule is not None:
             loss, logits = self._pipeline(x, y, train=True)
@@ -90,18 +91,19 @@ class ModelParallel:
             loss.backward()
         if self.parallel.dp > 1 and self.parallel.fsdp == 1:  # FSDP (HSDP) reduces over dp itself
             average_gradients(self.module, self.mesh["dp"].get_group(), self.parallel.dp)
-        return loss, logits
+        return (loss, logits) if self.reports_metrics else (None, None)
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor, rows: int) -> Optional[torch.Tensor]:
-        """Logits for ``x`` (``None`` on pipeline stages before the last). A pipeline's shapes are
-        fixed at its first step, so its batches are padded to ``rows``."""
+        """Logits for ``x`` on the rank that reports for this data slice, ``None`` on the others.
+        A pipeline's shapes are fixed at its first step, so its batches are padded to ``rows``."""
         if self.schedule is None:
-            return self.module(x)
+            logits = self.module(x)
+            return logits if self.reports_metrics else None
         count = len(x)
         padded = torch.cat([x, x.new_zeros(rows - count, *x.shape[1:])])
         _, logits = self._pipeline(padded, torch.zeros(rows, dtype=torch.int64, device=x.device), train=False)
-        return None if logits is None else logits[:count]
+        return None if logits is None or not self.reports_metrics else logits[:count]
 
     def _pipeline(self, x: torch.Tensor, y: torch.Tensor, train: bool):
         stage, losses = self.mesh.get_local_rank("pp"), []
