@@ -1,6 +1,7 @@
-"""Data-parallel training on Ray Train.
+"""Training on Ray Train: data parallel, or model parallel with a ``parallel:`` section.
 
     python -m jobs.train --config configs/train_dp.yaml [--set optim.epochs=5 ...]
+    python -m jobs.train --config configs/train_tp.yaml [--set parallel.tp=1 --set parallel.pp=2 ...]
     ray job submit --working-dir . --runtime-env-json '{"py_modules": ["platform/scaleforge"]}' \
         -- python -m jobs.train --config configs/train_dp.yaml
 """

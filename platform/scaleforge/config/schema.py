@@ -1,4 +1,4 @@
-"""Schema of the data-parallel training job (``jobs.train``)."""
+"""Schema of the training job (``jobs.train``)."""
 
 from typing import Literal, Optional
 
@@ -17,7 +17,7 @@ class ScalingSpec(_Section):
     """How many Ray Train workers, and what each one gets (``ray.train.ScalingConfig``)."""
 
     num_workers: PositiveInt = 2
-    """Data-parallel workers (DDP ranks)."""
+    """Ray Train workers (ranks): ``parallel.dp * fsdp * tp * pp`` of them."""
     use_gpu: bool = False
     """One GPU per worker, NCCL backend; CPU workers use gloo."""
     resources_per_worker: dict[str, float] = Field(default_factory=lambda: {"CPU": 1})
@@ -84,14 +84,39 @@ class FaultSpec(_Section):
 
 
 class ParallelSpec(_Section):
-    """How the model is split across workers (data parallel by default)."""
+    """How the model is split across workers (data parallel by default).
 
+    The degrees multiply to ``scaling.num_workers``; ``TrainJobConfig`` checks the layout once,
+    before Ray starts. Supported: each of ``fsdp``, ``tp``, ``pp`` alone or with ``dp``, and
+    ``fsdp`` with ``tp``; ``ep`` with ``dp``.
+    """
+
+    dp: Optional[PositiveInt] = None
+    """Data-parallel replicas. Default: the workers left after ``fsdp * tp * pp``."""
+    fsdp: PositiveInt = 1
+    """Fully-sharded data parallel (FSDP2 ``fully_shard``): parameters, gradients and optimiser
+    state split over this many workers, each training on its own data."""
+    tp: PositiveInt = 1
+    """Tensor parallel (transformer): attention heads and feed-forward columns split over this
+    many workers (Megatron layout, DTensor ``parallelize_module``)."""
+    pp: PositiveInt = 1
+    """Pipeline parallel (transformer): consecutive layers split into this many stages."""
+    pp_schedule: Literal["gpipe", "1f1b"] = "1f1b"
+    """Pipeline schedule: ``gpipe`` (all forwards, then all backwards) or ``1f1b`` (interleaved,
+    fewer activations held)."""
+    microbatches: PositiveInt = 4
+    """Micro-batches per pipeline step; must divide ``optim.batch_size``."""
     ep: PositiveInt = 1
     """Expert-parallel degree (MoE models): each group of ``ep`` workers splits the experts."""
 
+    @property
+    def model_parallel(self) -> bool:
+        """True when the model itself is split (fsdp, tp or pp): the model-parallel training path."""
+        return max(self.fsdp, self.tp, self.pp) > 1
+
 
 class TrainJobConfig(_Section):
-    """``python -m jobs.train``: data-parallel training on Ray Train."""
+    """``python -m jobs.train``: training on Ray Train, data, expert or model parallel (``parallel``)."""
 
     data: DataSpec = Field(default_factory=DataSpec)
     model: ModelSpec = Field(default_factory=CNN1dSpec)
@@ -131,9 +156,26 @@ class TrainJobConfig(_Section):
         return self
 
     def _check_parallel_layout(self) -> None:
+        """Every factor of the layout, checked in one place (torchtitan's ``ParallelDims``)."""
+        parallel, workers = self.parallel, self.scaling.num_workers
+        split = parallel.fsdp * parallel.tp * parallel.pp
+        if parallel.dp is None:
+            if workers % split:
+                raise ValueError(f"parallel.fsdp ({parallel.fsdp}) * tp ({parallel.tp}) * pp ({parallel.pp}) = {split} "
+                                 f"must divide scaling.num_workers ({workers})")
+            parallel.dp = workers // split
+        elif parallel.dp * split != workers:
+            raise ValueError(f"parallel.dp ({parallel.dp}) * fsdp ({parallel.fsdp}) * tp ({parallel.tp}) * pp "
+                             f"({parallel.pp}) = {parallel.dp * split} must equal scaling.num_workers ({workers})")
+        if parallel.ep > 1:
+            self._check_expert_parallel()
+        if parallel.model_parallel:
+            self._check_model_parallel()
+
+    def _check_expert_parallel(self) -> None:
         ep, workers = self.parallel.ep, self.scaling.num_workers
-        if ep == 1:
-            return
+        if self.parallel.model_parallel:
+            raise ValueError(f"parallel.ep ({ep}) combines with data parallelism only, not with parallel.fsdp, tp or pp")
         moe = self.model if self.model.name == "moe" else getattr(self.model, "moe", None)
         if moe is None:
             raise ValueError(f"parallel.ep ({ep}) needs MoE layers: model.name=moe or a transformer with model.moe")
@@ -141,3 +183,34 @@ class TrainJobConfig(_Section):
             raise ValueError(f"parallel.ep ({ep}) must divide scaling.num_workers ({workers})")
         if moe.num_experts % ep:
             raise ValueError(f"parallel.ep ({ep}) must divide the number of experts ({moe.num_experts})")
+
+    def _check_model_parallel(self) -> None:
+        parallel, model = self.parallel, self.model
+        split = {name: getattr(parallel, name) for name in ("fsdp", "tp", "pp") if getattr(parallel, name) > 1}
+        if self.optim.precision != "fp32":
+            raise ValueError(f"parallel.{next(iter(split))} trains in fp32 only; set optim.precision=fp32")
+        if len(split) > 1 and set(split) != {"fsdp", "tp"}:
+            raise ValueError(f"parallel: {' and '.join(f'{k} ({v})' for k, v in split.items())} do not combine; "
+                             "supported: each of fsdp, tp, pp with dp, and fsdp with tp")
+        if getattr(model, "moe", None) is not None or model.name in ("moe", "moe_gate"):
+            raise ValueError(f"parallel.{next(iter(split))} needs a dense model; MoE layers split with parallel.ep")
+        for name in ("tp", "pp"):
+            if name in split and model.name != "transformer":
+                raise ValueError(f"parallel.{name} ({split[name]}) needs model.name=transformer, not {model.name}")
+        if "tp" in split:  # tp | num_heads also gives tp | d_model (d_model is a multiple of num_heads)
+            for field in ("num_heads", "ff_dim"):
+                if getattr(model, field) % parallel.tp:
+                    raise ValueError(f"parallel.tp ({parallel.tp}) must divide model.{field} ({getattr(model, field)})")
+        if "pp" in split:
+            self._check_pipeline()
+
+    def _check_pipeline(self) -> None:
+        parallel, layers, batch = self.parallel, self.model.num_layers, self.optim.batch_size
+        if parallel.pp > layers:
+            raise ValueError(f"parallel.pp ({parallel.pp}) must be at most model.num_layers ({layers}): "
+                             "each pipeline stage holds whole layers")
+        if batch % parallel.microbatches:
+            raise ValueError(f"parallel.microbatches ({parallel.microbatches}) must divide optim.batch_size ({batch})")
+        if parallel.pp_schedule == "1f1b" and parallel.microbatches < parallel.pp:
+            raise ValueError(f"parallel.pp_schedule=1f1b needs parallel.microbatches ({parallel.microbatches}) "
+                             f">= parallel.pp ({parallel.pp})")

@@ -1,4 +1,4 @@
-"""Model-agnostic parallelism on Ray Train. Data parallel (DDP) first."""
+"""Model-agnostic parallelism on Ray Train: data (DDP), expert, and model parallel (fsdp, tp, pp)."""
 
 from scaleforge.distributed.schedule import learning_rate_at, peak_learning_rate
 

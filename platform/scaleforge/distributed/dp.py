@@ -1,7 +1,10 @@
-"""Data-parallel training on Ray Train: ``TorchTrainer`` + DDP, Ray Data shards, resumable checkpoints."""
+"""Training on Ray Train: ``TorchTrainer`` + DDP, Ray Data shards, resumable checkpoints.
+
+The same loop runs expert parallelism (``parallel.ep``) and model parallelism (``parallel.fsdp``,
+``tp``, ``pp``: :mod:`scaleforge.distributed.model_parallel`); ``_parallelize`` builds the layout.
+"""
 
 import logging
-import math
 import os
 import tempfile
 import time
@@ -22,6 +25,7 @@ from ray.train import (
     Checkpoint,
     CheckpointConfig,
     CheckpointConsistencyMode,
+    DataConfig,
     FailureConfig,
     LoggingConfig,
     RunConfig,
@@ -42,7 +46,10 @@ from scaleforge.distributed.checkpoint import (
     write_trainer_state,
 )
 from scaleforge.distributed.ep import expert_groups, gather_expert_state, shard_experts, sync_gradients
+from scaleforge.distributed.memory import describe_memory, gather_memory, single_process_memory
+from scaleforge.distributed.model_parallel import ModelParallel, load_gathered_weights, parallelize
 from scaleforge.distributed.schedule import learning_rate_at, peak_learning_rate
+from scaleforge.distributed.worker_data import WorkerData
 from scaleforge.models import ModelSpec, build_model, count_parameters
 from scaleforge.models.moe import auxiliary_loss, expert_load, moe_layers
 from scaleforge.runtime import ensure_ray
@@ -72,6 +79,8 @@ class TrainingResult:
             lines.append(f"expert load: cv {self.metrics['expert_load_cv']:.3f}, busiest expert "
                          f"{self.metrics['expert_max_over_mean']:.2f}x the mean, dropped "
                          f"{self.metrics['expert_dropped_fraction']:.2%} (counts {self.metrics['expert_counts']})")
+        if "memory_per_worker" in self.metrics:
+            lines.append(describe_memory(self.metrics))
         if self.metrics.get("resumed_from_epoch"):
             lines.append(f"resumed from the checkpoint of epoch {self.metrics['resumed_from_epoch']} after a failure")
         lines.append(f"artifact: {self.artifact} ({self.num_parameters:,} parameters)")
@@ -110,12 +119,16 @@ def run_training(cfg: TrainJobConfig) -> TrainingResult:
             logging_config=LoggingConfig(log_level=cfg.run.log_level),
         ),
         datasets=data.datasets,
+        dataset_config=_data_config(cfg.parallel),
     )
     result = trainer.fit()
     with result.checkpoint.as_directory() as folder:
         state = read_trainer_state(Path(folder))
         model = build_model(cfg.model, data.info.input_dim, data.info.num_classes)
-        model.load_state_dict(load_model_weights(Path(folder)))
+        if cfg.parallel.model_parallel:  # sharded checkpoint: gathered here, in one process
+            load_gathered_weights(Path(folder), model)
+        else:
+            model.load_state_dict(load_model_weights(Path(folder)))
     final = state["history"][-1]
     dataset = {"source": cfg.data.source, "fingerprint": data.fingerprint, **asdict(data.info)}
     parts = {}
@@ -131,10 +144,11 @@ def run_training(cfg: TrainJobConfig) -> TrainingResult:
         metrics={k: final[k] for k in ("test_accuracy", "test_loss", "train_accuracy", "train_loss")},
         dataset=dataset,
         extra={"training": {"job": "train", "run": run_name, "checkpoint": result.checkpoint.path,
-                            "num_workers": scaling.num_workers, "epochs": len(state["history"])}, **parts},
+                            "num_workers": scaling.num_workers, "epochs": len(state["history"]),
+                            "parallel": cfg.parallel.model_dump()}, **parts},
     )
     return TrainingResult(
-        metrics={**final, "resumed_from_epoch": state["resumed_from_epoch"]},
+        metrics={**final, "resumed_from_epoch": state["resumed_from_epoch"], **state.get("memory", {})},
         history=state["history"],
         artifact=artifact,
         checkpoint_path=result.checkpoint.path,
@@ -161,26 +175,30 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     torch.manual_seed(optim.seed)
 
     model = build_model(_MODEL_SPEC.validate_python(job["model"]), info["input_dim"], info["num_classes"])
+    reference_memory = single_process_memory(model, optim.optimizer)
+    parallel = ParallelSpec(**job["parallel"])
     checkpoint = ray.train.get_checkpoint()
-    start_epoch, step, history = 0, 0, []
-    if checkpoint:  # full weights load before any sharding; each rank then takes its optimiser shard
-        with checkpoint.as_directory() as folder:
-            model.load_state_dict(load_model_weights(Path(folder)))
-            state = read_trainer_state(Path(folder))
-        start_epoch, step, history = state["epoch"] + 1, state["step"], state["history"]
-    layout = _parallelize(model, ParallelSpec(**job["parallel"]), rank)
-    module = layout.module
-    optimizer = _make_optimizer(module, optim)
+    start_epoch, step, history, memory = 0, 0, [], {}
     if checkpoint:
         with checkpoint.as_directory() as folder:
-            load_optimizer_state(Path(folder), optimizer, layout.optimizer_shard)
+            if not parallel.model_parallel:  # full weights load before any sharding
+                model.load_state_dict(load_model_weights(Path(folder)))
+            state = read_trainer_state(Path(folder))
+        start_epoch, step, history, memory = state["epoch"] + 1, state["step"], state["history"], state.get("memory", {})
+    layout = _parallelize(model, parallel, rank, device)
+    module = layout.module
+    optimizer = _make_optimizer(module, optim)
+    if checkpoint:  # each rank takes its own optimiser (and, model-parallel, weight) shard
+        with checkpoint.as_directory() as folder:
+            if layout.split:
+                layout.split.load(Path(folder), optimizer)
+            else:
+                load_optimizer_state(Path(folder), optimizer, layout.optimizer_shard)
 
-    global_batch = optim.batch_size * world
-    peak = peak_learning_rate(optim.lr, global_batch, optim.base_batch_size, optim.lr_scaling)
-    steps_per_epoch = math.ceil((info["num_train"] // world) / optim.batch_size)
-    schedule = dict(peak=peak, total_steps=steps_per_epoch * optim.epochs,
-                    warmup_steps=round(optim.warmup_epochs * steps_per_epoch), schedule=optim.schedule)
-    train_shard, test_shard = ray.train.get_dataset_shard("train"), ray.train.get_dataset_shard("test")
+    data = WorkerData(layout.split, optim, info, world)
+    peak = peak_learning_rate(optim.lr, optim.batch_size * data.world, optim.base_batch_size, optim.lr_scaling)
+    schedule = dict(peak=peak, total_steps=data.steps_per_epoch * optim.epochs,
+                    warmup_steps=round(optim.warmup_epochs * data.steps_per_epoch), schedule=optim.schedule)
 
     for epoch in range(start_epoch, optim.epochs):
         # Injected fault: the last rank dies halfway through this epoch, on the first attempt only.
@@ -188,10 +206,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         began = time.perf_counter()
         for layer in moe_layers(module):
             layer.reset_stats()
-        train, step, lr = _train_epoch(layout, optimizer, train_shard, device, optim, schedule, step, epoch,
-                                       die_at_batch=steps_per_epoch // 2 if dies_now else -1)
+        train, step, lr = _train_epoch(layout, optimizer, data.train_batches(epoch), optim, schedule, step, epoch,
+                                       die_at_batch=data.steps_per_epoch // 2 if dies_now else -1)
         elapsed = torch.tensor([time.perf_counter() - began])
-        test = _evaluate(module, test_shard, device, optim.precision == "bf16")
+        if layout.split and not memory:  # after the first step every gradient and optimiser state exists
+            memory = gather_memory(layout.split.memory(optimizer), reference_memory)
+            if rank == 0:
+                _log.info(describe_memory(memory))
+        test = _evaluate(layout, data.test_batches(), data.eval_batch, device, optim.precision == "bf16")
         if world > 1:
             for totals in (train, test):
                 dist.all_reduce(totals)
@@ -218,20 +240,15 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                    if "expert_load_cv" in metrics else "")
             )
         _report(metrics, epoch, optim.epochs, run.checkpoint_every, rank, layout, optimizer,
-                {"epoch": epoch, "step": step, "history": history, "resumed_from_epoch": start_epoch})
+                {"epoch": epoch, "step": step, "history": history, "resumed_from_epoch": start_epoch, "memory": memory})
 
 
-def _train_epoch(layout: "_Layout", optimizer, shard, device, optim: OptimSpec, schedule, step: int, epoch: int,
+def _train_epoch(layout: "_Layout", optimizer, batches, optim: OptimSpec, schedule, step: int, epoch: int,
                  die_at_batch: int):
-    """One pass over this rank's shard. Returns ([loss sum, correct, seen], next step, last lr)."""
-    model, module = layout.model, layout.module
-    model.train()
+    """One pass over this rank's ``(x, y)`` batches. Returns ([loss sum, correct, seen], next step, last lr)."""
+    layout.model.train()
     totals, lr = torch.zeros(3, dtype=torch.float64), 0.0
-    batches = shard.iter_torch_batches(
-        batch_size=optim.batch_size, dtypes={"x": torch.float32, "y": torch.int64}, device=device,
-        local_shuffle_buffer_size=4096, local_shuffle_seed=optim.seed + epoch,
-    )
-    for index, batch in enumerate(batches):
+    for index, (x, y) in enumerate(batches):
         if index == die_at_batch:
             # Ray Train commits a reported checkpoint when its controller next polls the workers;
             # wait for that so the crash always lands after a durable checkpoint.
@@ -242,16 +259,12 @@ def _train_epoch(layout: "_Layout", optimizer, shard, device, optim: OptimSpec, 
         lr = learning_rate_at(step, **schedule)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=optim.precision == "bf16"):
-            logits = model(batch["x"])
-            loss = F.cross_entropy(logits.float(), batch["y"]) + auxiliary_loss(module)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if layout.sync_gradients:
-            layout.sync_gradients()
+        loss, logits = layout.train_step(x, y, bf16=optim.precision == "bf16")
         optimizer.step()
         step += 1
-        totals += torch.tensor([loss.item() * len(logits), (logits.argmax(1) == batch["y"]).sum().item(), len(logits)])
+        if logits is not None:  # model parallel: only the rank that reports for its data slice
+            totals += torch.tensor([loss.item() * len(logits), (logits.argmax(1) == y).sum().item(), len(logits)])
     return totals, step, lr
 
 
@@ -273,14 +286,19 @@ def _report(metrics, epoch, epochs, every, rank, layout: "_Layout", optimizer, s
     if (epoch + 1) % every and epoch + 1 != epochs:
         ray.train.report(metrics)
         return
-    model_state = layout.full_state()  # a collective under expert parallelism: every rank calls it
-    writes = rank == 0 or bool(layout.optimizer_shard)
+    writes = rank == 0 or bool(layout.optimizer_shard) or bool(layout.split)
     with tempfile.TemporaryDirectory() as folder:
-        if rank == 0:  # replicated weights: one full copy is enough
-            save_model_state(Path(folder), model_state)
+        # Ray Train gathers every reporting rank's files into one checkpoint folder.
+        if layout.split:  # each rank writes its own shards (DCP, collective)
+            layout.split.save(Path(folder), optimizer)
+        else:
+            model_state = layout.full_state()  # a collective under expert parallelism: every rank calls it
+            if rank == 0:  # replicated weights: one full copy is enough
+                save_model_state(Path(folder), model_state)
+            if writes:
+                save_optimizer_state(Path(folder), optimizer, layout.optimizer_shard)
+        if rank == 0:
             write_trainer_state(Path(folder), state)
-        if writes:  # Ray Train gathers every reporting rank's files into one checkpoint folder
-            save_optimizer_state(Path(folder), optimizer, layout.optimizer_shard)
         ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder) if writes else None)
 
 
@@ -290,14 +308,38 @@ class _Layout:
 
     model: torch.nn.Module
     module: torch.nn.Module
-    full_state: Callable[[], dict[str, torch.Tensor]]
+    full_state: Optional[Callable[[], dict[str, torch.Tensor]]] = None
     sync_gradients: Optional[Callable[[], None]] = None
     optimizer_shard: str = ""
+    split: Optional[ModelParallel] = None
+    """Model parallel (fsdp, tp, pp): its own step, prediction and sharded checkpoints."""
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor, bf16: bool = False):
+        """Forward (autocast to bf16 if asked; model parallel is fp32 only) and backward with
+        gradients synchronised. Returns ``(loss, logits)``, or ``(None, None)`` on model-parallel
+        ranks that do not see the logits."""
+        if self.split:
+            return self.split.train_step(x, y)
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = self.model(x)
+            loss = F.cross_entropy(logits.float(), y) + auxiliary_loss(self.module)
+        loss.backward()
+        if self.sync_gradients:
+            self.sync_gradients()
+        return loss, logits
+
+    def predict(self, x: torch.Tensor, rows: int) -> Optional[torch.Tensor]:
+        """Logits of the bare module (no gradient sync needed), ``None`` on ranks without them."""
+        return self.split.predict(x, rows) if self.split else self.module(x)
 
 
-def _parallelize(model: torch.nn.Module, parallel: ParallelSpec, rank: int) -> _Layout:
+def _parallelize(model: torch.nn.Module, parallel: ParallelSpec, rank: int, device: torch.device) -> _Layout:
     """DDP for replicated models; for ``parallel.ep > 1``, experts sharded with all_to_all dispatch
-    and gradients averaged per replica group (DDP cannot mix sharded and replicated parameters)."""
+    and gradients averaged per replica group (DDP cannot mix sharded and replicated parameters);
+    for ``fsdp``, ``tp`` or ``pp > 1``, the model split by :func:`model_parallel.parallelize`."""
+    if parallel.model_parallel:
+        split = parallelize(model, parallel, device)
+        return _Layout(split.module, split.module, split=split)
     if parallel.ep == 1:
         wrapped = ray.train.torch.prepare_model(model)
         module = wrapped.module if hasattr(wrapped, "module") else wrapped
@@ -310,22 +352,25 @@ def _parallelize(model: torch.nn.Module, parallel: ParallelSpec, rank: int) -> _
 
 
 @torch.no_grad()
-def _evaluate(module, shard, device, bf16: bool) -> torch.Tensor:
-    """[loss sum, correct, count] on this rank's test shard, using rank 0's BatchNorm statistics.
+def _evaluate(layout: _Layout, batches, rows: int, device, bf16: bool) -> torch.Tensor:
+    """[loss sum, correct, count] on this rank's test batches of at most ``rows``, using rank 0's
+    BatchNorm statistics.
 
-    Runs the unwrapped module: evaluation needs no gradient sync. (Under expert parallelism the
-    forward is collective; Ray Data's equal split gives every rank the same number of batches.)
+    (Under expert or model parallelism the forward is collective; every rank gets the same
+    number of batches.)
     """
-    if dist.is_initialized():
-        for buffer in module.buffers():  # evaluate exactly the weights that get exported
+    if dist.is_initialized() and not layout.split:
+        for buffer in layout.module.buffers():  # evaluate exactly the weights that get exported
             dist.broadcast(buffer, 0)
-    module.eval()
+    layout.module.eval()
     totals = torch.zeros(3, dtype=torch.float64)
-    for batch in shard.iter_torch_batches(batch_size=1024, dtypes={"x": torch.float32, "y": torch.int64}, device=device):
+    for x, y in batches:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = module(batch["x"]).float()
-        totals += torch.tensor([F.cross_entropy(logits, batch["y"], reduction="sum").item(),
-                                (logits.argmax(1) == batch["y"]).sum().item(), len(logits)])
+            logits = layout.predict(x, rows)
+        if logits is not None:
+            logits = logits.float()
+            totals += torch.tensor([F.cross_entropy(logits, y, reduction="sum").item(),
+                                    (logits.argmax(1) == y).sum().item(), len(logits)])
     return totals
 
 
@@ -334,6 +379,16 @@ def _make_optimizer(module: torch.nn.Module, optim: OptimSpec) -> torch.optim.Op
         return torch.optim.SGD(module.parameters(), lr=optim.lr, momentum=optim.momentum,
                                nesterov=True, weight_decay=optim.weight_decay)
     return torch.optim.AdamW(module.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
+
+
+def _data_config(parallel: ParallelSpec) -> DataConfig:
+    """Ray Data shards per worker; under model parallelism every worker reads the whole dataset
+    in one fixed order, so ranks that share a data slice can take the same rows."""
+    if not parallel.model_parallel:
+        return DataConfig()
+    options = DataConfig.default_ingest_options()
+    options.preserve_order = True
+    return DataConfig(datasets_to_split=[], execution_options=options)
 
 
 def _storage_uri(run: RunSpec) -> str:

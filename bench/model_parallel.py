@@ -1,0 +1,149 @@
+"""Model-parallel layouts side by side: step time and per-worker memory, at 2 and 4 workers.
+
+    .venv/bin/python bench/model_parallel.py [--workers 2 4] [--steps 6]
+
+One transformer (d_model 256, 8 heads, 4 layers, ff 1024: 3.2M parameters), one global batch
+of 64 rows, AdamW, gloo on CPU; each layout runs in its own set of processes:
+
+- ``dp``: DDP, every worker holds the whole model;
+- ``tp``: heads and feed-forward columns split (DTensor, Megatron layout);
+- ``pp gpipe`` / ``pp 1f1b``: stages of consecutive layers, 8 micro-batches;
+- ``fsdp``: FSDP2 ``fully_shard`` per layer.
+
+Step time is the median over timed steps of the slowest rank. For pipelines, the measured
+bubble is the idle fraction of the busiest stage: ``1 - m * t_stage / t_step``, where
+``t_stage`` is that stage's forward+backward of one micro-batch timed alone (no communication);
+the ideal-schedule bubble ``(p - 1) / (m + p - 1)`` is printed beside it.
+"""
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "platform")]
+
+from scaleforge.config.schema import ParallelSpec  # noqa: E402
+from scaleforge.distributed.memory import memory_held, single_process_memory  # noqa: E402
+from scaleforge.distributed.model_parallel import parallelize  # noqa: E402
+from scaleforge.models import TransformerSpec, build_model, count_parameters  # noqa: E402
+
+SPEC = TransformerSpec(d_model=256, num_heads=8, num_layers=4, ff_dim=1024, dropout=0.0)
+GLOBAL_BATCH, MICROBATCHES, WARMUP = 64, 8, 2
+LAYOUTS = {"dp": {}, "tp": {"tp": None}, "pp gpipe": {"pp": None, "pp_schedule": "gpipe"},
+           "pp 1f1b": {"pp": None, "pp_schedule": "1f1b"}, "fsdp": {"fsdp": None}}
+
+
+def _layout(name: str, world: int) -> dict:
+    return {key: world if value is None else value for key, value in LAYOUTS[name].items()}
+
+
+def _build(name: str, world: int):
+    """(step function, module, optimizer, rows per rank) for one layout on this rank."""
+    torch.manual_seed(0)
+    model = build_model(SPEC, 40, 10)
+    if name == "dp":
+        ddp = DistributedDataParallel(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+        def step(x, y):
+            F.cross_entropy(ddp(x), y).backward()
+        return step, model, optimizer, GLOBAL_BATCH // world, None
+    layout = _layout(name, world)
+    split = parallelize(model, ParallelSpec(dp=1, microbatches=MICROBATCHES, **layout), torch.device("cpu"))
+    rows = GLOBAL_BATCH // split.data_world
+    return split.train_step, split.module, torch.optim.AdamW(split.module.parameters(), lr=1e-3), rows, split
+
+
+def _stage_time(split, rows: int) -> float:
+    """Forward+backward of one micro-batch through this rank's stage alone, seconds (best of 5)."""
+    micro = rows // MICROBATCHES
+    first = split.mesh.get_local_rank("pp") == 0
+    shape = (micro, 40) if first else (micro, 40 // SPEC.patch_size, SPEC.d_model)
+    x = torch.randn(shape, requires_grad=not first)
+    times = []
+    for _ in range(5):
+        begin = time.perf_counter()
+        out = split.module(x)
+        (F.cross_entropy(out, torch.zeros(micro, dtype=torch.int64)) if out.dim() == 2 else out.sum()).backward()
+        times.append(time.perf_counter() - begin)
+    return min(times)
+
+
+def _worker(rank, world, port, name, steps, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    step, module, optimizer, rows, split = _build(name, world)
+    generator = torch.Generator().manual_seed(rank if split is None or split.parallel.fsdp > 1 else 0)
+    x, y = torch.randn(rows, 40, generator=generator), torch.randint(0, 10, (rows,), generator=generator)
+    times = []
+    for index in range(WARMUP + steps):
+        dist.barrier()
+        begin = time.perf_counter()
+        optimizer.zero_grad()
+        step(x, y)
+        optimizer.step()
+        elapsed = torch.tensor([time.perf_counter() - begin])
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        if index >= WARMUP:
+            times.append(elapsed.item())
+    held = torch.tensor([memory_held(module, optimizer).total], dtype=torch.float64)
+    dist.all_reduce(held, op=dist.ReduceOp.MAX)
+    step_s = statistics.median(times)
+    bubble = torch.tensor([1 - MICROBATCHES * _stage_time(split, rows) / step_s if split and split.schedule else 0.0])
+    dist.all_reduce(bubble, op=dist.ReduceOp.MIN)  # the busiest stage idles least
+    if rank == 0:
+        torch.save({"step_s": step_s, "held": held.item(), "bubble": bubble.item()}, out)
+    dist.destroy_process_group()
+
+
+def measure(name: str, world: int, steps: int) -> dict:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "result.pt")
+        mp.spawn(_worker, args=(world, port, name, steps, out), nprocs=world, join=True)
+        return torch.load(out, weights_only=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--steps", type=int, default=6)
+    args = parser.parse_args(argv)
+    model = build_model(SPEC, 40, 10)
+    one_process = single_process_memory(model, "adamw").total
+    print(f"transformer {count_parameters(model):,} parameters, global batch {GLOBAL_BATCH}, "
+          f"{MICROBATCHES} micro-batches; one process holds {one_process / 2**20:.1f} MiB of model state")
+    print("| workers | layout | step ms | vs dp | memory / worker MiB | vs one process | bubble measured | bubble ideal |")
+    print("|---|---|---|---|---|---|---|---|")
+    for world in args.workers:
+        results = {}
+        for name in LAYOUTS:
+            print(f"  measuring {name} on {world} workers ...", file=sys.stderr, flush=True)
+            results[name] = measure(name, world, args.steps)
+        for name, r in results.items():
+            pipeline = name.startswith("pp")
+            ideal = f"{(world - 1) / (MICROBATCHES + world - 1):.2f}" if pipeline else "-"
+            print(f"| {world} | {name} | {r['step_s'] * 1e3:.0f} | {r['step_s'] / results['dp']['step_s']:.2f}x | "
+                  f"{r['held'] / 2**20:.1f} | {r['held'] / one_process:.2f}x | "
+                  f"{r['bubble']:.2f} | {ideal} |" if pipeline else
+                  f"| {world} | {name} | {r['step_s'] * 1e3:.0f} | {r['step_s'] / results['dp']['step_s']:.2f}x | "
+                  f"{r['held'] / 2**20:.1f} | {r['held'] / one_process:.2f}x | - | - |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
