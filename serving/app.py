@@ -8,9 +8,10 @@ from typing import Union
 
 from ray.serve import Application
 
+from scaleforge.artifacts.servable import servable_shapes
 from scaleforge.config.serve import ServeArgs
 from serving.ingress import ModelInfo, V2Ingress
-from serving.models import ModelServer, model_shapes
+from serving.models import ModelServer
 
 
 def build_app(args: Union[ServeArgs, dict]) -> Application:
@@ -32,7 +33,7 @@ def build_app(args: Union[ServeArgs, dict]) -> Application:
 
 def model_infos(args: ServeArgs) -> dict[str, ModelInfo]:
     """Shapes of every served name, read from the artifacts' manifests (no weights loaded)."""
-    infos = {m.name: ModelInfo("model", *model_shapes(m.artifact)) for m in args.models}
+    infos = {m.name: ModelInfo("model", *servable_shapes(m.artifact)) for m in args.models}
     for cascade in args.cascades:
         stages = [infos[s.model] for s in cascade.stages]
         _same_shapes(f"cascade {cascade.name!r}", [s.model for s in cascade.stages], stages)

@@ -1,11 +1,8 @@
 """A model artifact served as a deployment: dynamic batching with ``@serve.batch``.
 
-:func:`load_model` is the one place a served model is read from disk, so other artifact kinds
-(the compression stage's int8 students) plug in here without touching the routers.
+Models are read by :func:`scaleforge.artifacts.servable.load_servable`, the one loader that
+serving and calibration share (other artifact kinds plug in there).
 """
-
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -13,31 +10,9 @@ from ray import serve
 from ray.exceptions import RayActorError
 from ray.serve.exceptions import ReplicaUnavailableError
 from ray.serve.handle import DeploymentHandle
-from torch import nn
 
-from scaleforge.artifacts import load_artifact, read_manifest
+from scaleforge.artifacts.servable import load_servable
 from scaleforge.config.serve import ModelEntry
-
-
-@dataclass(frozen=True)
-class LoadedModel:
-    """A model ready to run, with the shapes the HTTP layer validates against."""
-
-    module: nn.Module
-    input_dim: int
-    num_classes: int
-
-
-def load_model(artifact: str | Path) -> LoadedModel:
-    """Read a served model from its artifact (checksum-verified; no pickle)."""
-    loaded = load_artifact(artifact)
-    return LoadedModel(loaded.model.eval(), int(loaded.manifest["input_dim"]), int(loaded.manifest["num_classes"]))
-
-
-def model_shapes(artifact: str | Path) -> tuple[int, int]:
-    """(input_dim, num_classes) from the manifest alone: the ingress validates requests with them."""
-    manifest = read_manifest(Path(artifact).expanduser())
-    return int(manifest["input_dim"]), int(manifest["num_classes"])
 
 
 async def predict(handle: DeploymentHandle, x: np.ndarray, retries: int = 2) -> np.ndarray:
@@ -64,7 +39,7 @@ class ModelServer:
 
     def __init__(self, entry: ModelEntry):
         torch.set_num_threads(entry.threads)
-        self.model = load_model(entry.artifact)
+        self.model = load_servable(entry.artifact)
         self.predict.set_max_batch_size(entry.max_batch_size)
         self.predict.set_batch_wait_timeout_s(entry.batch_wait_timeout_s)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from scaleforge.artifacts import save_artifact
 from scaleforge.artifacts.parts import save_moe_parts
 from scaleforge.data import load_mnist1d
 from scaleforge.models import CNN1dSpec, MoESpec
@@ -36,6 +37,8 @@ def trained_models(root: Path) -> dict[str, str]:
         models = {"student": fit_and_save(root / "student", STUDENT, data, epochs=6),
                   "teacher": fit_and_save(root / "teacher", TEACHER, data, epochs=5)}
         moe = fit_classifier(MOE, data["x"], data["y"], epochs=6)
+        # The whole model too (not served): tests compare the router's output with it.
+        save_artifact(root / "moe", moe, MOE, input_dim=40, num_classes=10)
         parts = save_moe_parts(root / "moe", moe, MOE, input_dim=40, num_classes=10, dataset={})
         models["moe-gate"] = parts["gate"]
         models |= {f"moe-expert-{i}": path for i, path in enumerate(parts["experts"])}

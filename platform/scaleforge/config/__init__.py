@@ -4,10 +4,13 @@ from scaleforge.config.cli import parse_job_config, run_job
 from scaleforge.config.loader import ConfigError, load_config
 from scaleforge.config.async_sgd import AsyncSGDConfig
 from scaleforge.config.schema import TrainJobConfig
+from scaleforge.config.serve import CalibrateConfig, ServeConfig
 
-JOB_SCHEMAS = {"jobs.train": TrainJobConfig, "jobs.async_sgd": AsyncSGDConfig}
+JOB_SCHEMAS = {"jobs.train": TrainJobConfig, "jobs.async_sgd": AsyncSGDConfig, "jobs.serve": ServeConfig,
+               "jobs.calibrate": CalibrateConfig}
 """Each job module and the schema of its ``--config`` file."""
 
 __all__ = [
-    "AsyncSGDConfig", "ConfigError", "JOB_SCHEMAS", "load_config", "parse_job_config", "run_job", "TrainJobConfig",
+    "AsyncSGDConfig", "CalibrateConfig", "ConfigError", "JOB_SCHEMAS", "load_config", "parse_job_config", "run_job",
+    "ServeConfig", "TrainJobConfig",
 ]
