@@ -35,7 +35,7 @@ def trained_models(root: Path) -> dict[str, str]:
         torch.set_num_threads(2)
         data = mnist1d()
         models = {"student": fit_and_save(root / "student", STUDENT, data, epochs=6),
-                  "teacher": fit_and_save(root / "teacher", TEACHER, data, epochs=5)}
+                  "teacher": fit_and_save(root / "teacher", TEACHER, data, epochs=4)}
         moe = fit_classifier(MOE, data["x"], data["y"], epochs=6)
         # The whole model too (not served): tests compare the router's output with it.
         save_artifact(root / "moe", moe, MOE, input_dim=40, num_classes=10)

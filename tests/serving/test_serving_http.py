@@ -25,6 +25,9 @@ from scaleforge.routing import calibrate_thresholds
 from serving.app import build_app
 from serving_env import free_port, mnist1d, output, serve_args, trained_models, v2_body
 
+# Trains three small models and deploys nine replicas before the first test (about a minute idle).
+pytestmark = pytest.mark.slow
+
 TOKEN = "s3cret-test-token"
 APP = "sf-test"
 
