@@ -5,10 +5,13 @@ from scaleforge.config.loader import ConfigError, load_config
 from scaleforge.config.async_sgd import AsyncSGDConfig
 from scaleforge.config.hwbench import HWBenchConfig
 from scaleforge.config.schema import TrainJobConfig
+from scaleforge.config.serve import CalibrateConfig, ServeConfig
 
-JOB_SCHEMAS = {"jobs.train": TrainJobConfig, "jobs.async_sgd": AsyncSGDConfig, "jobs.hwbench": HWBenchConfig}
+JOB_SCHEMAS = {"jobs.train": TrainJobConfig, "jobs.async_sgd": AsyncSGDConfig, "jobs.serve": ServeConfig,
+               "jobs.calibrate": CalibrateConfig, "jobs.hwbench": HWBenchConfig}
 """Each job module and the schema of its ``--config`` file."""
 
 __all__ = [
-    "AsyncSGDConfig", "ConfigError", "HWBenchConfig", "JOB_SCHEMAS", "load_config", "parse_job_config", "run_job", "TrainJobConfig",
+    "AsyncSGDConfig", "CalibrateConfig", "ConfigError", "HWBenchConfig", "JOB_SCHEMAS", "load_config",
+    "parse_job_config", "run_job", "ServeConfig", "TrainJobConfig",
 ]

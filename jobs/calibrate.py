@@ -1,0 +1,18 @@
+"""Calibrate a cascade's thresholds on validation data and write them into the Serve config.
+
+    python -m jobs.calibrate --config configs/calibrate.yaml [--set max_accuracy_loss=0.005 ...]
+"""
+
+import sys
+from typing import Optional, Sequence
+
+from scaleforge.config import CalibrateConfig, run_job
+from scaleforge.routing.calibration import calibrate_cascade
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    return run_job(CalibrateConfig, calibrate_cascade, argv, prog="jobs.calibrate")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

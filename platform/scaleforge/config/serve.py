@@ -1,0 +1,247 @@
+"""Schemas of the serving config (``configs/serve.yaml``) and of threshold calibration (``jobs.calibrate``).
+
+``configs/serve.yaml`` is in Ray Serve's own config-file format (``serve run`` / ``serve deploy``
+read it unchanged); :class:`ServeConfig` types it, and :class:`ServeArgs` types the ``args`` that
+Ray passes to the app builder ``serving.app:build_app``.
+"""
+
+import math
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+
+from scaleforge.config.schema import _Section
+from scaleforge.data import DataSpec
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class AutoscalingSpec(_Section):
+    """Ray Serve ``autoscaling_config`` (replicas follow ongoing requests)."""
+
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: PositiveInt = 2
+    target_ongoing_requests: PositiveFloat = 2.0
+    """Ongoing requests per replica that the autoscaler aims for."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "AutoscalingSpec":
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"autoscaling.min_replicas ({self.min_replicas}) exceeds max_replicas ({self.max_replicas})")
+        return self
+
+
+class DeploymentSpec(_Section):
+    """How one deployment runs: replicas, resources and its admission limits."""
+
+    replicas: PositiveInt = 1
+    """Fixed replica count (ignored when ``autoscaling`` is set)."""
+    autoscaling: Optional[AutoscalingSpec] = None
+    num_cpus: NonNegativeFloat = 1.0
+    """Logical CPUs each replica reserves (Ray's default is 1)."""
+    max_ongoing_requests: PositiveInt = 8
+    """Requests a replica works on at once; more wait in the caller's queue."""
+    max_queued_requests: int = Field(default=64, ge=-1)
+    """Requests waiting for a replica before new ones are refused (HTTP 503); -1: unbounded."""
+
+    def options(self) -> dict:
+        """Keyword arguments for ``Deployment.options``."""
+        scaling = ({"autoscaling_config": self.autoscaling.model_dump()} if self.autoscaling
+                   else {"num_replicas": self.replicas})
+        return {**scaling, "ray_actor_options": {"num_cpus": self.num_cpus},
+                "max_ongoing_requests": self.max_ongoing_requests, "max_queued_requests": self.max_queued_requests}
+
+
+class ModelEntry(DeploymentSpec):
+    """A model artifact served as its own deployment, with dynamic batching."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    """Model name in the URL: ``/v2/models/{name}``."""
+    artifact: str
+    """Artifact folder (``manifest.json`` + ``model.safetensors``)."""
+    max_batch_size: PositiveInt = 16
+    """Requests that ``@serve.batch`` merges into one forward pass."""
+    batch_wait_timeout_s: NonNegativeFloat = 0.002
+    """How long a partial batch waits for more requests."""
+    threads: PositiveInt = 1
+    """torch intra-op threads per replica."""
+
+
+class CascadeStageEntry(_Section):
+    model: str
+    """A served model's name."""
+    threshold: Optional[float] = Field(default=None, ge=0.0)
+    """Inputs whose confidence is below this go on to the next stage; the last stage has none.
+    ``jobs.calibrate`` writes it. ``.inf`` sends everything on."""
+
+
+class CascadeEntry(_Section):
+    """Ordered stages, cheapest first; each input stops at the first confident stage."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    measure: Literal["max_prob", "margin", "entropy"] = "max_prob"
+    """Confidence measure (see ``scaleforge.routing.confidence``)."""
+    stages: list[CascadeStageEntry] = Field(min_length=2)
+
+    @model_validator(mode="after")
+    def _thresholds(self) -> "CascadeEntry":
+        for index, stage in enumerate(self.stages[:-1]):
+            if stage.threshold is None:
+                raise ValueError(f"cascade {self.name!r}: stage {index} ({stage.model}) needs a threshold "
+                                 "(run jobs.calibrate, or set one)")
+        if self.stages[-1].threshold is not None:
+            raise ValueError(f"cascade {self.name!r}: the last stage always answers; remove its threshold")
+        return self
+
+    @property
+    def thresholds(self) -> list[float]:
+        return [stage.threshold for stage in self.stages[:-1]]
+
+
+class MoEEntry(_Section):
+    """A gate model picks top-k expert models per input; their outputs are combined by the gate's weights."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    gate: str
+    """The served gate model (outputs one logit per expert)."""
+    experts: list[str] = Field(min_length=1)
+    """Served expert models, in the gate's expert order."""
+    top_k: PositiveInt = 2
+    """Default experts per input (a request may override it)."""
+    combine: Literal["topk", "noisy_topk", "gumbel"] = "topk"
+    """The gate family the experts were trained with (how the weights are formed)."""
+    capacity: PositiveInt = 8
+    """Ongoing requests per expert (per router replica) before it counts as saturated."""
+    expert_timeout_s: PositiveFloat = 2.0
+    """An expert that has not answered in this time counts as down; its inputs fall back."""
+    down_for_s: NonNegativeFloat = 5.0
+    """How long a failed expert is skipped before it is tried again."""
+
+    @model_validator(mode="after")
+    def _k(self) -> "MoEEntry":
+        if self.top_k > len(self.experts):
+            raise ValueError(f"moe {self.name!r}: top_k ({self.top_k}) exceeds the number of experts ({len(self.experts)})")
+        return self
+
+
+class AuthSpec(_Section):
+    """Bearer-token auth on the model routes (health routes stay open for probes)."""
+
+    token_env: Optional[str] = None
+    """Environment variable (in the replica's environment) holding the token."""
+    token_file: Optional[str] = None
+    """File holding the token."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "AuthSpec":
+        if self.token_env and self.token_file:
+            raise ValueError("auth: give token_env or token_file, not both")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.token_env or self.token_file)
+
+
+class LimitsSpec(_Section):
+    """Request validation limits (a request beyond them gets a 4xx naming the limit)."""
+
+    max_batch_size: PositiveInt = 1024
+    """Inputs per request."""
+    max_body_bytes: PositiveInt = 4 * 1024 * 1024
+    """Request body size (HTTP 413 above it)."""
+
+
+class ServeArgs(_Section):
+    """Args of ``serving.app:build_app``: what one V2 endpoint serves."""
+
+    models: list[ModelEntry] = Field(min_length=1)
+    cascades: list[CascadeEntry] = Field(default_factory=list)
+    moe: list[MoEEntry] = Field(default_factory=list)
+    ingress: DeploymentSpec = Field(default_factory=lambda: DeploymentSpec(max_ongoing_requests=64))
+    auth: AuthSpec = Field(default_factory=AuthSpec)
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
+
+    @model_validator(mode="after")
+    def _references(self) -> "ServeArgs":
+        names = [m.name for m in self.models] + [c.name for c in self.cascades] + [r.name for r in self.moe]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"names must be unique across models, cascades and moe: {', '.join(duplicates)}")
+        models = {m.name for m in self.models}
+        for cascade in self.cascades:
+            self._known(models, [s.model for s in cascade.stages], f"cascade {cascade.name!r}")
+        for router in self.moe:
+            self._known(models, [router.gate, *router.experts], f"moe {router.name!r}")
+        return self
+
+    @staticmethod
+    def _known(models: set[str], wanted: list[str], owner: str) -> None:
+        missing = [name for name in wanted if name not in models]
+        if missing:
+            raise ValueError(f"{owner} names models that are not served: {', '.join(missing)} "
+                             f"(served: {', '.join(sorted(models))})")
+
+    def model(self, name: str) -> ModelEntry:
+        return next(m for m in self.models if m.name == name)
+
+
+class HttpOptions(_Section):
+    host: str = "127.0.0.1"
+    """Bind address; 127.0.0.1 keeps the endpoint local unless you choose otherwise."""
+    port: int = Field(default=8000, ge=0, le=65535)
+    request_timeout_s: Optional[PositiveFloat] = None
+
+
+class ServeApplication(_Section):
+    name: str = Field(pattern=NAME_PATTERN)
+    route_prefix: str = "/"
+    import_path: Literal["serving.app:build_app"] = "serving.app:build_app"
+    args: ServeArgs
+    runtime_env: dict = Field(default_factory=dict)
+
+
+class ServeConfig(_Section):
+    """``configs/serve.yaml``: Ray Serve's config file, with typed app args."""
+
+    proxy_location: Literal["EveryNode", "HeadOnly", "Disabled"] = "EveryNode"
+    http_options: HttpOptions = Field(default_factory=HttpOptions)
+    applications: list[ServeApplication] = Field(min_length=1)
+
+
+class CalibrateConfig(_Section):
+    """``python -m jobs.calibrate``: fit a cascade's thresholds on validation data, write them into the serve config."""
+
+    serve_config: str = "configs/serve.yaml"
+    """The Ray Serve config whose cascade is calibrated (rewritten in place, atomically)."""
+    application: Optional[str] = None
+    """App in ``serve_config`` (default: the first)."""
+    cascade: Optional[str] = None
+    """Cascade in that app (default: its first)."""
+    data: DataSpec = Field(default_factory=DataSpec)
+    """Labelled data; calibration uses part of its held-out split."""
+    calibration_fraction: float = Field(default=0.5, gt=0.0, lt=1.0)
+    """Share of the held-out split used to calibrate; the rest measures the result."""
+    split_seed: int = 0
+    max_accuracy_loss: Optional[float] = Field(default=0.005, ge=0.0, lt=1.0)
+    """Target: accuracy at most this far below the last stage alone (0.005 = half a point)."""
+    target_escalation: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+    """Alternative target: the share of inputs each stage hands on (a cost budget)."""
+    safety_sd: NonNegativeFloat = 2.0
+    """Standard deviations of the accuracy estimate kept in reserve (see ``calibrate_thresholds``)."""
+    output: Optional[str] = None
+    """Write the calibrated config here instead of over ``serve_config``."""
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "CalibrateConfig":
+        if self.target_escalation is not None:
+            self.max_accuracy_loss = None
+        if not Path(self.serve_config).is_file():
+            raise ValueError(f"serve_config: {self.serve_config!r} does not exist")
+        return self
+
+
+def finite_or_inf(value: float) -> float:
+    """Thresholds as YAML writes them: finite values rounded, infinity kept (``.inf``)."""
+    return value if math.isinf(value) else round(float(value), 6)

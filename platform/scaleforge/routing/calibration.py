@@ -1,0 +1,119 @@
+"""Offline calibration of a served cascade: thresholds from validation data, written into the Serve config.
+
+``jobs.calibrate`` runs :func:`calibrate_cascade`. It loads the stages exactly as the serving
+deployments do (:func:`scaleforge.artifacts.servable.load_servable`), applies the same policy
+(:mod:`scaleforge.routing.cascade`), and reports the result on the part of the held-out split it
+did not calibrate on.
+"""
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from scaleforge.artifacts.servable import load_servable
+from scaleforge.config.serve import CalibrateConfig, CascadeEntry, ServeConfig, finite_or_inf
+from scaleforge.data import load_arrays
+from scaleforge.routing.cascade import calibrate_thresholds, simulate_cascade
+
+
+@dataclass
+class CalibrationResult:
+    """Calibrated thresholds and what they give on held-out inputs not used to pick them."""
+
+    cascade: str
+    thresholds: list[float]
+    answered_per_stage: list[float]
+    accuracy: float
+    last_stage_accuracy: float
+    held_out: int
+    written_to: Path
+
+    def summary(self) -> str:
+        shares = ", ".join(f"stage {i}: {share:.1%}" for i, share in enumerate(self.answered_per_stage))
+        return (f"cascade '{self.cascade}': thresholds {self.thresholds}\n"
+                f"held-out ({self.held_out} inputs): accuracy {self.accuracy:.4f} against {self.last_stage_accuracy:.4f} "
+                f"for the last stage alone ({100 * (self.accuracy - self.last_stage_accuracy):+.2f} points); "
+                f"answered at {shares}\nwritten to {self.written_to}")
+
+
+def calibrate_cascade(cfg: CalibrateConfig) -> CalibrationResult:
+    """Fit the thresholds of ``cfg``'s cascade and write them into the Serve config (atomically)."""
+    raw = yaml.safe_load(Path(cfg.serve_config).read_text())
+    serve_cfg = ServeConfig.model_validate(raw)
+    app_index, cascade_index, cascade = _find_cascade(serve_cfg, cfg)
+    models = serve_cfg.applications[app_index].args
+    stages = [load_servable(models.model(stage.model).artifact).module for stage in cascade.stages]
+    calibration, held_out = _split(cfg)
+    labels = [torch.from_numpy(y) for _, y in (calibration, held_out)]
+    probs = [[_probs(model, x) for model in stages] for x, _ in (calibration, held_out)]
+    thresholds = calibrate_thresholds(
+        probs[0], labels[0], cascade.measure,
+        target_accuracy=(_accuracy(probs[0][-1], labels[0]) - cfg.max_accuracy_loss
+                         if cfg.max_accuracy_loss is not None else None),
+        target_escalation=cfg.target_escalation, safety_sd=cfg.safety_sd)
+    thresholds = [finite_or_inf(t) for t in thresholds]
+    result = simulate_cascade(probs[1], thresholds, cascade.measure)
+    for stage, threshold in zip(raw["applications"][app_index]["args"]["cascades"][cascade_index]["stages"], thresholds):
+        stage["threshold"] = threshold
+    ServeConfig.model_validate(raw)
+    target = Path(cfg.output or cfg.serve_config)
+    _write_yaml(target, raw, _header(Path(cfg.serve_config)))
+    return CalibrationResult(
+        cascade.name, thresholds, [result.answered_at(i) for i in range(len(stages))],
+        _accuracy(result.probs, labels[1]), _accuracy(probs[1][-1], labels[1]), len(labels[1]), target)
+
+
+def _find_cascade(serve_cfg: ServeConfig, cfg: CalibrateConfig) -> tuple[int, int, CascadeEntry]:
+    apps = serve_cfg.applications
+    app_index = next((i for i, a in enumerate(apps) if a.name == cfg.application), None) if cfg.application else 0
+    if app_index is None:
+        raise ValueError(f"application: no app {cfg.application!r} in {cfg.serve_config} "
+                         f"(apps: {', '.join(a.name for a in apps)})")
+    cascades = apps[app_index].args.cascades
+    if not cascades:
+        raise ValueError(f"application {apps[app_index].name!r} in {cfg.serve_config} has no cascade")
+    names = [c.name for c in cascades]
+    if cfg.cascade and cfg.cascade not in names:
+        raise ValueError(f"cascade: no cascade {cfg.cascade!r} in app {apps[app_index].name!r} (cascades: {', '.join(names)})")
+    index = names.index(cfg.cascade) if cfg.cascade else 0
+    return app_index, index, cascades[index]
+
+
+def _split(cfg: CalibrateConfig):
+    """(calibration, held-out) halves of the data's held-out split, shuffled with ``split_seed``."""
+    arrays = load_arrays(cfg.data)
+    order = np.random.default_rng(cfg.split_seed).permutation(len(arrays.y_test))
+    cut = int(round(len(order) * cfg.calibration_fraction))
+    return [(arrays.x_test[rows], arrays.y_test[rows]) for rows in (order[:cut], order[cut:])]
+
+
+@torch.inference_mode()
+def _probs(model, x: np.ndarray) -> torch.Tensor:
+    return model(torch.from_numpy(x)).softmax(dim=-1)
+
+
+def _accuracy(probs: torch.Tensor, labels: torch.Tensor) -> float:
+    return float((probs.argmax(dim=-1) == labels).float().mean())
+
+
+def _header(path: Path) -> str:
+    """The config's leading comment lines (the command that runs it), kept on rewrite."""
+    lines = path.read_text().splitlines(keepends=True)
+    return "".join(line for line in lines[:next((i for i, l in enumerate(lines) if not l.startswith("#")), 0)])
+
+
+def _write_yaml(target: Path, raw: dict, header: str) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".yaml.tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(header + yaml.safe_dump(raw, sort_keys=False))
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

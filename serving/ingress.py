@@ -1,0 +1,196 @@
+"""The HTTP ingress: the Open Inference Protocol (KServe V2) over FastAPI, in front of every servable.
+
+Routes: ``GET /v2``, ``/v2/health/live``, ``/v2/health/ready``, ``/v2/models/{name}``,
+``/v2/models/{name}/ready``, ``POST /v2/models/{name}/infer``; OpenAPI at ``/openapi.json``.
+Errors are ``{"error": message}`` with a 4xx (503 when a model is overloaded or down), never a 500
+for anything a client sent.
+"""
+
+import asyncio
+import hmac
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from ray import serve
+from ray.exceptions import RayActorError
+from ray.serve.exceptions import BackPressureError, ReplicaUnavailableError
+from ray.serve.handle import DeploymentHandle
+
+import scaleforge
+from scaleforge.config.serve import AuthSpec, ServeArgs
+from serving.cascade import CascadeRouter
+from serving.metrics import RoutingMetrics
+from serving.models import predict
+from serving.moe import MoERouter
+from serving.protocol import InferRequest, ProtocolError, infer_response, model_metadata, parse_infer_request
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the ingress knows about a served name before calling anything."""
+
+    kind: str
+    input_dim: int
+    num_classes: int
+
+    @property
+    def outputs(self) -> list[str]:
+        trace = {"cascade": ["stage", "confidence"], "moe": ["experts", "fallback"]}.get(self.kind, [])
+        return ["class", "probabilities", *trace]
+
+
+class PlainModel:
+    """A single model deployment behind the V2 API."""
+
+    def __init__(self, handle: DeploymentHandle):
+        self.handle = handle
+
+    async def infer(self, x: np.ndarray, parameters: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        probs = torch.from_numpy(await predict(self.handle, x)).softmax(dim=-1).numpy()
+        return {"class": probs.argmax(axis=1).astype(np.int64), "probabilities": probs}, {}
+
+
+Servable = Union[PlainModel, CascadeRouter, MoERouter]
+
+# Helpers come before the deployment class: Serve serialises the class when it is decorated,
+# capturing only the module globals that exist at that point.
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refusing (413) anything over ``limit`` bytes before reading it all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ProtocolError(413, f"request body of {int(declared):,} bytes exceeds the limit of {limit:,} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ProtocolError(413, f"request body exceeds the limit of {limit:,} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _read_token(auth: AuthSpec) -> Optional[str]:
+    """The expected bearer token, from the replica's environment or a file (None: auth off)."""
+    if auth.token_env:
+        token = os.environ.get(auth.token_env)
+        if not token:
+            raise RuntimeError(f"auth.token_env: environment variable {auth.token_env} is not set in the replica "
+                               "(set it in the app's runtime_env.env_vars)")
+        return token
+    if auth.token_file:
+        path = Path(auth.token_file).expanduser()
+        if not path.is_file():
+            raise RuntimeError(f"auth.token_file: {path} does not exist")
+        token = path.read_text().strip()
+        if not token:
+            raise RuntimeError(f"auth.token_file: {path} is empty")
+        return token
+    return None
+
+
+app = FastAPI(title="scaleforge inference", version=scaleforge.__version__,
+              description="Open Inference Protocol (KServe V2) over HTTP: plain models, cascades and MoE routers.")
+
+
+@app.exception_handler(ProtocolError)
+async def _protocol_error(request: Request, err: ProtocolError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
+    return JSONResponse({"error": err.message}, status_code=err.status, headers=headers)
+
+
+@serve.deployment
+@serve.ingress(app)
+class V2Ingress:
+    """Validates requests, checks the token, and hands each to its model, cascade or MoE router."""
+
+    def __init__(self, args: ServeArgs, handles: dict[str, DeploymentHandle], infos: dict[str, ModelInfo]):
+        self.args, self.infos = args, infos
+        self.token = _read_token(args.auth)
+        self.handles = handles
+        metrics = RoutingMetrics()
+        self.metrics = metrics
+        self.servables: dict[str, Servable] = {m.name: PlainModel(handles[m.name]) for m in args.models}
+        for cascade in args.cascades:
+            self.servables[cascade.name] = CascadeRouter(cascade, [handles[s.model] for s in cascade.stages], metrics)
+        for router in args.moe:
+            self.servables[router.name] = MoERouter(router, handles[router.gate], [handles[e] for e in router.experts],
+                                                    infos[router.experts[0]].num_classes, metrics)
+
+    @app.get("/v2")
+    def server_metadata(self) -> dict:
+        return {"name": "scaleforge", "version": scaleforge.__version__, "extensions": []}
+
+    @app.get("/v2/health/live")
+    def live(self) -> dict:
+        return {"live": True}
+
+    @app.get("/v2/health/ready")
+    async def ready(self) -> JSONResponse:
+        ready = all(await asyncio.gather(*(self._deployment_ready(h) for h in self.handles.values())))
+        return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+
+    @app.get("/v2/models/{name}")
+    def metadata(self, name: str, request: Request) -> dict:
+        self._authorize(request)
+        info = self._info(name)
+        return model_metadata(name, info.kind, info.input_dim, info.num_classes, info.outputs)
+
+    @app.get("/v2/models/{name}/ready")
+    async def model_ready(self, name: str, request: Request) -> JSONResponse:
+        self._authorize(request)
+        self._info(name)
+        ready = all(await asyncio.gather(*(self._deployment_ready(self.handles[m]) for m in self._models_of(name))))
+        return JSONResponse({"name": name, "ready": ready}, status_code=200 if ready else 503)
+
+    @app.post("/v2/models/{name}/infer",
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": InferRequest.model_json_schema(ref_template="#/components/schemas/{model}")}}}})
+    async def infer(self, name: str, request: Request) -> JSONResponse:
+        self._authorize(request)
+        info = self._info(name)
+        body = await _read_body(request, self.args.limits.max_body_bytes)
+        parsed = parse_infer_request(body, info.input_dim, self.args.limits.max_batch_size)
+        try:
+            outputs, summary = await self.servables[name].infer(parsed.x, parsed.parameters)
+        except ProtocolError as err:
+            self.metrics.requests.inc(tags={"model": name, "status": str(err.status)})
+            raise
+        except (BackPressureError, RayActorError, ReplicaUnavailableError) as err:
+            self.metrics.requests.inc(tags={"model": name, "status": "503"})
+            raise ProtocolError(503, f"model '{name}' is overloaded or unavailable ({type(err).__name__}); "
+                                     "retry later") from None
+        self.metrics.requests.inc(tags={"model": name, "status": "200"})
+        return JSONResponse(infer_response(name, parsed.id, outputs, parsed.outputs, summary))
+
+    def _info(self, name: str) -> ModelInfo:
+        if name not in self.infos:
+            raise ProtocolError(404, f"unknown model '{name}'; served: {', '.join(sorted(self.infos))}")
+        return self.infos[name]
+
+    def _models_of(self, name: str) -> list[str]:
+        cascade = next((c for c in self.args.cascades if c.name == name), None)
+        if cascade:
+            return [s.model for s in cascade.stages]
+        router = next((r for r in self.args.moe if r.name == name), None)
+        return [router.gate, *router.experts] if router else [name]
+
+    def _authorize(self, request: Request) -> None:
+        if self.token is None:
+            return
+        scheme, _, supplied = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not supplied:
+            raise ProtocolError(401, "missing bearer token (send 'Authorization: Bearer <token>')")
+        if not hmac.compare_digest(supplied.strip().encode(), self.token.encode()):
+            raise ProtocolError(401, "invalid bearer token")
+
+    @staticmethod
+    async def _deployment_ready(handle: DeploymentHandle) -> bool:
+        try:
+            return await asyncio.wait_for(handle.ready.remote(), timeout=2.0)
+        except Exception:  # noqa: BLE001 - any failure means "not ready", which is the answer asked for
+            return False

@@ -1,0 +1,55 @@
+"""A model artifact served as a deployment: dynamic batching with ``@serve.batch``.
+
+Models are read by :func:`scaleforge.artifacts.servable.load_servable`, the one loader that
+serving and calibration share (other artifact kinds plug in there).
+"""
+
+import numpy as np
+import torch
+from ray import serve
+from ray.exceptions import RayActorError
+from ray.serve.exceptions import ReplicaUnavailableError
+from ray.serve.handle import DeploymentHandle
+
+from scaleforge.artifacts.servable import load_servable
+from scaleforge.config.serve import ModelEntry
+
+
+async def predict(handle: DeploymentHandle, x: np.ndarray, retries: int = 2) -> np.ndarray:
+    """Logits from a :class:`ModelServer`, retrying when the replica died under the request.
+
+    A replica killed mid-request fails that request with ``RayActorError``; inference is
+    idempotent, so it is resent (Serve routes it to a live replica) instead of reaching the client.
+    """
+    for _ in range(retries):
+        try:
+            return await handle.predict.remote(x)
+        except (RayActorError, ReplicaUnavailableError):
+            continue
+    return await handle.predict.remote(x)
+
+
+@serve.deployment
+class ModelServer:
+    """One model; concurrent requests are merged into one forward pass (dynamic batching).
+
+    Returns logits, not probabilities: a cascade takes the softmax, an MoE router combines the
+    experts' logits and a gate's logits are routing scores.
+    """
+
+    def __init__(self, entry: ModelEntry):
+        torch.set_num_threads(entry.threads)
+        self.model = load_servable(entry.artifact)
+        self.predict.set_max_batch_size(entry.max_batch_size)
+        self.predict.set_batch_wait_timeout_s(entry.batch_wait_timeout_s)
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
+    async def predict(self, batches: list[np.ndarray]) -> list[np.ndarray]:
+        """[rows, input_dim] float32 per request -> [rows, num_classes] float32 logits per request."""
+        sizes = np.cumsum([len(x) for x in batches])[:-1]
+        with torch.inference_mode():
+            logits = self.model.module(torch.from_numpy(np.concatenate(batches))).numpy()
+        return np.split(logits, sizes)
+
+    def ready(self) -> bool:
+        return True

@@ -1,0 +1,83 @@
+"""What the serving tests share: small real models trained once per session, and a running Serve.
+
+The models are trained in-process in seconds (``scaleforge.quickfit``) and exported as artifacts:
+a small CNN (cascade stage 0), a larger CNN (the teacher, stage 1) and an MoE classifier split
+into a gate and four expert artifacts. Each test module imports these helpers; the module-level
+cache makes the training happen once per session.
+"""
+
+import socket
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from scaleforge.artifacts import save_artifact
+from scaleforge.artifacts.parts import save_moe_parts
+from scaleforge.data import load_mnist1d
+from scaleforge.models import CNN1dSpec, MoESpec
+from scaleforge.quickfit import fit_and_save, fit_classifier
+
+STUDENT = CNN1dSpec(channels=[16, 32], hidden=64, pool=True)
+TEACHER = CNN1dSpec(channels=[32, 64, 64], hidden=128)
+MOE = MoESpec(stem_channels=[16, 16], d_model=32, num_experts=4, expert_hidden=32, top_k=2, aux_loss_weight=0.02)
+
+_CACHE: dict[str, dict[str, str]] = {}
+
+
+def mnist1d() -> dict[str, np.ndarray]:
+    return load_mnist1d(20_000, 42, 0.2, "~/.cache/scaleforge")
+
+
+def trained_models(root: Path) -> dict[str, str]:
+    """Artifact folders by role: ``student``, ``teacher``, ``moe-gate``, ``moe-expert-<i>``."""
+    if "models" not in _CACHE:
+        torch.set_num_threads(2)
+        data = mnist1d()
+        models = {"student": fit_and_save(root / "student", STUDENT, data, epochs=6),
+                  "teacher": fit_and_save(root / "teacher", TEACHER, data, epochs=4)}
+        moe = fit_classifier(MOE, data["x"], data["y"], epochs=6)
+        # The whole model too (not served): tests compare the router's output with it.
+        save_artifact(root / "moe", moe, MOE, input_dim=40, num_classes=10)
+        parts = save_moe_parts(root / "moe", moe, MOE, input_dim=40, num_classes=10, dataset={})
+        models["moe-gate"] = parts["gate"]
+        models |= {f"moe-expert-{i}": path for i, path in enumerate(parts["experts"])}
+        _CACHE["models"] = {role: str(path) for role, path in models.items()}
+    return _CACHE["models"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def small_deployment(**overrides) -> dict:
+    """Deployment settings that fit many replicas on the test cluster's 4 logical CPUs."""
+    return {"num_cpus": 0.1, **overrides}
+
+
+def serve_args(models: dict[str, str], *, threshold: float = 0.8, token_file: str | None = None) -> dict:
+    """App args for the student/teacher cascade and the MoE router over the trained artifacts."""
+    experts = sorted(role for role in models if role.startswith("moe-expert-"))
+    entries = [{"name": role, "artifact": path, **small_deployment()} for role, path in models.items()]
+    return {
+        "models": entries,
+        "cascades": [{"name": "cascade", "measure": "max_prob",
+                      "stages": [{"model": "student", "threshold": threshold}, {"model": "teacher"}]}],
+        "moe": [{"name": "moe", "gate": "moe-gate", "experts": experts, "top_k": 2, "expert_timeout_s": 1.0,
+                 "down_for_s": 30.0}],
+        "ingress": small_deployment(max_ongoing_requests=64),
+        "auth": {"token_file": token_file} if token_file else {},
+        "limits": {"max_batch_size": 2048, "max_body_bytes": 2 * 1024 * 1024},
+    }
+
+
+def v2_body(x: np.ndarray, **parameters) -> dict:
+    return {"inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}],
+            "parameters": parameters}
+
+
+def output(response: dict, name: str) -> np.ndarray:
+    tensor = next(t for t in response["outputs"] if t["name"] == name)
+    return np.asarray(tensor["data"]).reshape(tensor["shape"])

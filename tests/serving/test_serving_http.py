@@ -1,0 +1,269 @@
+"""The served app over real HTTP: the V2 endpoints, tritonclient, routing, bad input, failures.
+
+One Serve app (student/teacher cascade, MoE router over four expert deployments, bearer-token
+auth) on a free port of the session's Ray cluster; tests that break things (killed replicas) run last.
+"""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import ray
+import torch
+import tritonclient.http as triton
+from ray import serve
+
+from scaleforge.artifacts import load_artifact
+from scaleforge.artifacts.servable import load_servable
+from scaleforge.routing import calibrate_thresholds
+from serving.app import build_app
+from serving_env import free_port, mnist1d, output, serve_args, trained_models, v2_body
+
+# Trains three small models and deploys nine replicas before the first test (about a minute idle).
+pytestmark = pytest.mark.slow
+
+TOKEN = "s3cret-test-token"
+APP = "sf-test"
+
+
+@pytest.fixture(scope="module")
+def server(ray_cluster, tmp_path_factory):
+    models = trained_models(tmp_path_factory.mktemp("serving-models"))
+    token_file = tmp_path_factory.mktemp("auth") / "token"
+    token_file.write_text(TOKEN + "\n")
+    args = serve_args(models, token_file=str(token_file))
+    next(m for m in args["models"] if m["name"] == "teacher")["replicas"] = 2
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(build_app(args), name=APP, route_prefix="/")
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60,
+                          headers={"Authorization": f"Bearer {TOKEN}"})
+    yield {"client": client, "port": port, "models": models}
+    client.close()
+    serve.shutdown()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return mnist1d()
+
+
+def infer(server, name, x, **parameters):
+    response = server["client"].post(f"/v2/models/{name}/infer", json=v2_body(x, **parameters))
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_health_and_metadata_endpoints(server):
+    client = server["client"]
+    assert client.get("/v2/health/live").json() == {"live": True}
+    assert client.get("/v2/health/ready").json() == {"ready": True}
+    assert client.get("/v2").json()["name"] == "scaleforge"
+    for name, kind, outputs in [("teacher", "model", ["class", "probabilities"]),
+                                ("cascade", "cascade", ["class", "probabilities", "stage", "confidence"]),
+                                ("moe", "moe", ["class", "probabilities", "experts", "fallback"])]:
+        meta = client.get(f"/v2/models/{name}").json()
+        assert meta["name"] == name and meta["platform"] == f"scaleforge-{kind}"
+        assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 40]}]
+        assert [o["name"] for o in meta["outputs"]] == outputs
+        assert client.get(f"/v2/models/{name}/ready").json() == {"name": name, "ready": True}
+    assert "/v2/models/{name}/infer" in client.get("/openapi.json").json()["paths"]
+
+
+def test_infer_response_is_well_formed_v2(server, data):
+    x = data["x_test"][:16]
+    response = server["client"].post("/v2/models/teacher/infer", json={**v2_body(x), "id": "req-7"}).json()
+    assert response["model_name"] == "teacher" and response["id"] == "req-7"
+    classes, probs = response["outputs"]
+    assert classes == {"name": "class", "shape": [16], "datatype": "INT64", "data": classes["data"]}
+    assert probs["shape"] == [16, 10] and probs["datatype"] == "FP32"
+    assert np.allclose(np.asarray(probs["data"]).reshape(16, 10).sum(axis=1), 1.0, atol=1e-5)
+    with torch.inference_mode():
+        local = load_servable(server["models"]["teacher"]).module(torch.from_numpy(x)).argmax(dim=1).numpy()
+    assert classes["data"] == local.tolist()
+
+
+def test_tritonclient_calls_infer(server, data):
+    client = triton.InferenceServerClient(url=f"127.0.0.1:{server['port']}")
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    assert client.is_server_live() and client.is_server_ready()
+    assert client.is_model_ready("cascade", headers=headers)
+    assert client.get_model_metadata("cascade", headers=headers)["inputs"][0]["shape"] == [-1, 40]
+    x = data["x_test"][:32]
+    tensor = triton.InferInput("input", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x, binary_data=False)
+    wanted = [triton.InferRequestedOutput(name, binary_data=False) for name in ("class", "stage")]
+    result = client.infer("cascade", [tensor], outputs=wanted, headers=headers, parameters={"trace": True})
+    assert result.as_numpy("class").shape == (32,)
+    assert (result.as_numpy("class") == data["y_test"][:32]).mean() > 0.9
+    assert set(result.as_numpy("stage").tolist()) <= {0, 1}
+
+
+def test_cascade_parameters_route_per_input(server, data):
+    x = data["x_test"][:200]
+    traced = infer(server, "cascade", x, trace=True)
+    stage, confidence = output(traced, "stage"), output(traced, "confidence")
+    assert 0 < (stage == 1).sum() < len(x)  # escalation is per input, not per batch
+    assert (confidence[stage == 0] >= 0.8).all()
+    assert (output(infer(server, "cascade", x, trace=True, min_confidence=0.0), "stage") == 0).all()
+    assert (output(infer(server, "cascade", x, trace=True, min_confidence=1.01), "stage") == 1).all()
+    assert (output(infer(server, "cascade", x, trace=True, max_stage=0), "stage") == 0).all()
+    untraced = infer(server, "cascade", x)
+    assert [o["name"] for o in untraced["outputs"]] == ["class", "probabilities"]
+    assert untraced["parameters"]["escalated"] == int((stage == 1).sum())
+
+
+def test_cascade_quality_with_calibrated_thresholds(server, data):
+    """Must-show 2: calibrate on half of the held-out split, measure on the other half over HTTP."""
+    order = np.random.default_rng(0).permutation(len(data["y_test"]))
+    calibration, held_out = order[:2000], order[2000:]
+    with torch.inference_mode():
+        probs = [load_servable(server["models"][role]).module(torch.from_numpy(data["x_test"][calibration])).softmax(1)
+                 for role in ("student", "teacher")]
+    labels = torch.from_numpy(data["y_test"][calibration])
+    teacher_cal = float((probs[1].argmax(1) == labels).float().mean())
+    (threshold,) = calibrate_thresholds(probs, labels, "max_prob", target_accuracy=teacher_cal - 0.005, safety_sd=2.0)
+
+    x, y = data["x_test"][held_out], data["y_test"][held_out]
+    cascade = infer(server, "cascade", x, trace=True, min_confidence=threshold)
+    teacher = infer(server, "teacher", x)
+    cascade_acc = (output(cascade, "class") == y).mean()
+    teacher_acc = (output(teacher, "class") == y).mean()
+    at_stage0 = (output(cascade, "stage") == 0).mean()
+    print(f"\ncascade: threshold {threshold:.3f}, {at_stage0:.1%} answered at stage 0, accuracy {cascade_acc:.4f}; "
+          f"teacher alone {teacher_acc:.4f}")
+    assert at_stage0 >= 0.60
+    assert cascade_acc >= teacher_acc - 0.005
+
+
+BAD_REQUESTS = [
+    ("wrong shape", lambda x: v2_body(x[:, :30]), 400, "shape must be [batch, 40]"),
+    ("wrong datatype", lambda x: {"inputs": [{**v2_body(x)["inputs"][0], "datatype": "INT32"}]}, 400,
+     "datatype must be FP32"),
+    ("NaN", lambda x: {"inputs": [{**v2_body(x)["inputs"][0], "data": [float("nan")] + x.ravel().tolist()[1:]}]},
+     400, "NaN or infinite"),
+    ("Inf", lambda x: {"inputs": [{**v2_body(x)["inputs"][0], "data": [float("inf")] + x.ravel().tolist()[1:]}]},
+     400, "NaN or infinite"),
+    ("empty batch", lambda x: v2_body(x[:0]), 400, "empty batch"),
+    ("batch over the limit", lambda x: v2_body(np.zeros((2049, 40), np.float32)), 400,
+     "batch of 2049 exceeds the limit of 2048"),
+    ("values missing", lambda x: {"inputs": [{**v2_body(x)["inputs"][0], "data": [1.0, 2.0]}]}, 400,
+     "needs 160 values"),
+    ("strings as data", lambda x: {"inputs": [{**v2_body(x)["inputs"][0], "data": ["a"] * 160}]}, 400,
+     "data must be numbers"),
+    ("no inputs", lambda x: {"inputs": []}, 400, "invalid infer request: inputs"),
+    ("bad parameter", lambda x: v2_body(x, top_k="two"), 400, "parameters.top_k must be an integer"),
+]
+
+
+@pytest.mark.parametrize("case,make,status,message", BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS])
+def test_bad_input_gets_a_4xx_naming_the_problem(server, data, case, make, status, message):
+    client = server["client"]
+    x = data["x_test"][:4]
+    response = client.post("/v2/models/moe/infer", content=_json(make(x)),
+                           headers={"content-type": "application/json"})
+    assert response.status_code == status, response.text
+    assert message in response.json()["error"]
+    assert client.post("/v2/models/moe/infer", json=v2_body(x)).status_code == 200  # still answering
+
+
+def _json(body) -> bytes:
+    return json.dumps(body).encode()  # NaN/Infinity become JSON's NaN/Infinity tokens, as some clients send
+
+
+def test_transport_and_auth_errors(server, data):
+    client, x = server["client"], data["x_test"][:4]
+    base = str(client.base_url)
+    cases = [
+        (client.post("/v2/models/teacher/infer", content=b"{not json"), 400, "not valid JSON"),
+        (client.post("/v2/models/teacher/infer", content=b"x" * (10 * 1024 * 1024)), 413, "exceeds the limit"),
+        (client.post("/v2/models/nope/infer", json=v2_body(x)), 404, "unknown model 'nope'"),
+        (client.post("/v2/models/cascade/infer", json=v2_body(x, max_stage=7)), 400, "max_stage must lie in [0, 1]"),
+        (client.post("/v2/models/moe/infer", json=v2_body(x, top_k=5)), 400, "top_k must lie in [1, 4]"),
+        (httpx.post(f"{base}/v2/models/teacher/infer", json=v2_body(x)), 401, "missing bearer token"),
+        (httpx.post(f"{base}/v2/models/teacher/infer", json=v2_body(x), headers={"Authorization": "Bearer nope"}),
+         401, "invalid bearer token"),
+        (httpx.get(f"{base}/v2/models/teacher"), 401, "missing bearer token"),
+    ]
+    for response, status, message in cases:
+        assert response.status_code == status, response.text
+        assert message in response.json()["error"]
+    assert httpx.get(f"{base}/v2/health/live").status_code == 200  # probes need no token
+    assert client.post("/v2/models/teacher/infer", json=v2_body(x)).status_code == 200
+
+
+def test_schemathesis_finds_no_server_errors(server):
+    url = f"http://127.0.0.1:{server['port']}/openapi.json"
+    run = subprocess.run(
+        [str(Path(sys.executable).with_name("st")), "run", url, "--checks", "not_a_server_error",
+         "--max-examples", "15", "--header", f"Authorization: Bearer {TOKEN}", "--generation-deterministic",
+         "--phases", "examples,fuzzing"],
+        capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+
+
+def test_moe_top_k_per_request_matches_the_whole_model(server, data):
+    x = data["x_test"][:64]
+    for k in (1, 2, 4):
+        response = infer(server, "moe", x, trace=True, top_k=k)
+        assert output(response, "experts").shape == (64, k)
+        assert not output(response, "fallback").any()
+    whole = load_artifact(Path(server["models"]["moe-gate"]).with_name("moe")).model
+    with torch.inference_mode():
+        expected = whole(torch.from_numpy(x)).softmax(dim=1).numpy()
+    assert np.allclose(output(infer(server, "moe", x), "probabilities"), expected, atol=1e-4)
+
+
+def _replicas(deployment: str) -> list:
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if a["name"].startswith(f"SERVE_REPLICA::{APP}#{deployment}#")]
+    return [ray.get_actor(name, namespace="serve") for name in names]
+
+
+def test_moe_falls_back_when_an_expert_replica_is_killed(server, data):
+    x, y = data["x_test"][:256], data["y_test"][:256]
+    before = infer(server, "moe", x, trace=True)
+    busiest = int(np.bincount(output(before, "experts")[:, 0]).argmax())
+    (replica,) = _replicas(f"model-moe-expert-{busiest}")
+    ray.kill(replica, no_restart=True)
+    after = infer(server, "moe", x, trace=True)
+    experts, fallback = output(after, "experts"), output(after, "fallback")
+    preferred_busiest = (output(before, "experts") == busiest).any(axis=1)
+    assert busiest not in experts
+    assert fallback.any(axis=1)[preferred_busiest].all() and not fallback.any(axis=1)[~preferred_busiest].any()
+    assert after["parameters"]["fallbacks"] == int(fallback.sum())
+    assert (output(after, "class") == y).mean() > 0.85
+
+
+def test_replica_killed_under_load(server, data):
+    """Must-show 6: two teacher replicas, one killed while 8 clients send requests."""
+    x = data["x_test"][:32]
+    statuses, stop = [], threading.Event()
+
+    def client_loop():
+        with httpx.Client(base_url=str(server["client"].base_url), timeout=60,
+                          headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+            while not stop.is_set():
+                statuses.append(client.post("/v2/models/teacher/infer", json=v2_body(x)).status_code)
+
+    threads = [threading.Thread(target=client_loop) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    time.sleep(2.0)
+    replicas = _replicas("model-teacher")
+    assert len(replicas) == 2
+    ray.kill(replicas[0], no_restart=True)
+    time.sleep(4.0)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    failures = [s for s in statuses if s != 200]
+    print(f"\nreplica killed under load: {len(statuses)} requests, {len(failures)} failed {sorted(set(failures))}")
+    assert len(statuses) > 50
+    assert failures == []
