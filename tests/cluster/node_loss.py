@@ -1,6 +1,6 @@
 """Node-loss drills on a multi-node cluster on one machine (``ray.cluster_utils.Cluster``).
 
-    python tests/cluster/node_loss.py async_sgd|train OUTPUT_DIR
+    python tests/cluster/node_loss.py async_sgd|train|serve OUTPUT_DIR
 
 Each drill builds a cluster of several raylets (the head holds no work), runs a real job on it,
 removes a node while the job runs, and prints one ``RESULT {...}`` line saying what was lost and
@@ -94,6 +94,57 @@ def train(cluster: Cluster, output: Path) -> dict:
             "epochs": [h["epoch"] for h in result.history], "removed": removed.get("node_id")}
 
 
+def serve_app(cluster: Cluster, output: Path) -> dict:
+    """A Serve app with its replicas on two nodes, under load from 4 clients; one node goes away."""
+    import httpx
+    from ray import serve
+
+    from scaleforge.cluster import free_ports
+    from scaleforge.data import load_mnist1d
+    from scaleforge.models import MLPSpec
+    from scaleforge.quickfit import fit_and_save
+    from serving.app import build_app
+
+    data = load_mnist1d(4000, 42, 0.2, "~/.cache/scaleforge")
+    artifact = fit_and_save(output / "model", MLPSpec(hidden=[64]), data, epochs=3)
+    spread = {"replicas": 2, "max_replicas_per_node": 1, "num_cpus": 0.5}
+    (port,) = free_ports(1)
+    serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
+    serve.run(build_app({"models": [{"name": "m", "artifact": str(artifact), **spread}], "ingress": spread}),
+              name="drill", route_prefix="/")
+    body = {"inputs": [{"name": "input", "shape": [16, 40], "datatype": "FP32",
+                        "data": data["x_test"][:16].ravel().tolist()}]}
+    statuses: list[tuple[float, int]] = []
+    stop = threading.Event()
+
+    def client_loop():
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            while not stop.is_set():
+                try:
+                    code = client.post("/v2/models/m/infer", json=body).status_code
+                except httpx.HTTPError:
+                    code = 0  # no HTTP answer at all
+                statuses.append((time.time(), code))
+
+    clients = [threading.Thread(target=client_loop) for _ in range(4)]
+    for thread in clients:
+        thread.start()
+    time.sleep(3)
+    node = _node_of("ServeReplica:drill:model-m", cluster)
+    removed_at = time.time()
+    cluster.remove_node(node, allow_graceful=False)
+    time.sleep(10)
+    stop.set()
+    for thread in clients:
+        thread.join()
+    after = [code for at, code in statuses if at > removed_at + 5]  # once the loss is detected
+    failed = [code for _, code in statuses if code != 200]
+    serve.shutdown()
+    return {"requests": len(statuses), "failed": len(failed), "failed_codes": sorted(set(failed)),
+            "answered_after_loss": sum(code == 200 for code in after), "after_loss": len(after),
+            "removed": node.node_id}
+
+
 def main() -> None:
     drill, output = sys.argv[1], Path(sys.argv[2])
     # A dead node is declared dead after ~3 s instead of Ray's default ~30 s (shortened for the drill).
@@ -104,7 +155,7 @@ def main() -> None:
         cluster.add_node(num_cpus=2)
     ray.init(address=cluster.address, logging_level="ERROR")
     try:
-        result = {"async_sgd": async_sgd, "train": train}[drill](cluster, output)
+        result = {"async_sgd": async_sgd, "train": train, "serve": serve_app}[drill](cluster, output)
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -1,4 +1,5 @@
-"""Losing a node mid-run, on a real multi-node cluster (several raylets on this machine).
+"""Losing a node mid-run, on a real multi-node cluster (several raylets on this machine):
+the async SGD run, a Ray Train job and a Serve app each survive and report what was lost.
 
 The drills live in node_loss.py and run as their own driver process; each prints what it lost.
 """
@@ -39,3 +40,12 @@ def test_ray_train_job_resumes_from_its_checkpoint_after_losing_a_node(tmp_path)
     assert result["removed"] and result["resumed_from_epoch"] >= 1, result
     assert result["epochs"] == [1, 2, 3, 4, 5], "each epoch exactly once: resumed, not restarted"
     assert result["test_accuracy"] >= 0.7, result
+
+
+@pytest.mark.slow
+def test_serve_app_keeps_answering_when_a_replica_node_goes_away(tmp_path):
+    result = _drill("serve", tmp_path)
+    print(f"\nserve node loss: {result['requests']} requests, {result['failed']} failed {result['failed_codes']}")
+    assert result["removed"] and result["after_loss"] > 20, result
+    assert result["answered_after_loss"] == result["after_loss"], "requests after the loss must all be answered"
+    assert result["failed"] <= 0.02 * result["requests"], result

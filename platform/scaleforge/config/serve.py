@@ -24,6 +24,14 @@ class AutoscalingSpec(_Section):
     max_replicas: PositiveInt = 2
     target_ongoing_requests: PositiveFloat = 2.0
     """Ongoing requests per replica that the autoscaler aims for."""
+    upscale_delay_s: NonNegativeFloat = 30.0
+    """Load must stay above target this long before replicas are added (Serve's default)."""
+    downscale_delay_s: NonNegativeFloat = 600.0
+    """Load must stay below target this long before replicas are removed (Serve's default)."""
+    look_back_period_s: PositiveFloat = 30.0
+    """Window over which ongoing requests are averaged."""
+    metrics_interval_s: PositiveFloat = 10.0
+    """How often replicas report their ongoing requests (below ``look_back_period_s``)."""
 
     @model_validator(mode="after")
     def _ordered(self) -> "AutoscalingSpec":
@@ -44,12 +52,15 @@ class DeploymentSpec(_Section):
     """Requests a replica works on at once; more wait in the caller's queue."""
     max_queued_requests: int = Field(default=64, ge=-1)
     """Requests waiting for a replica before new ones are refused (HTTP 503); -1: unbounded."""
+    max_replicas_per_node: Optional[PositiveInt] = None
+    """At most this many replicas on one node (1: replicas on separate nodes survive a node's loss)."""
 
     def options(self) -> dict:
         """Keyword arguments for ``Deployment.options``."""
         scaling = ({"autoscaling_config": self.autoscaling.model_dump()} if self.autoscaling
                    else {"num_replicas": self.replicas})
-        return {**scaling, "ray_actor_options": {"num_cpus": self.num_cpus},
+        spread = {"max_replicas_per_node": self.max_replicas_per_node} if self.max_replicas_per_node else {}
+        return {**scaling, **spread, "ray_actor_options": {"num_cpus": self.num_cpus},
                 "max_ongoing_requests": self.max_ongoing_requests, "max_queued_requests": self.max_queued_requests}
 
 
