@@ -3,11 +3,13 @@
 from scaleforge.config.cli import parse_job_config, run_job
 from scaleforge.config.loader import ConfigError, load_config
 from scaleforge.config.async_sgd import AsyncSGDConfig
+from scaleforge.config.compress import CompressJobConfig
 from scaleforge.config.schema import TrainJobConfig
 
-JOB_SCHEMAS = {"jobs.train": TrainJobConfig, "jobs.async_sgd": AsyncSGDConfig}
+JOB_SCHEMAS = {"jobs.train": TrainJobConfig, "jobs.async_sgd": AsyncSGDConfig,
+               "jobs.compress": CompressJobConfig}
 """Each job module and the schema of its ``--config`` file."""
 
 __all__ = [
-    "AsyncSGDConfig", "ConfigError", "JOB_SCHEMAS", "load_config", "parse_job_config", "run_job", "TrainJobConfig",
+    "AsyncSGDConfig", "CompressJobConfig", "ConfigError", "JOB_SCHEMAS", "load_config", "parse_job_config", "run_job", "TrainJobConfig",
 ]

@@ -32,7 +32,7 @@ from ray.train.torch import TorchConfig, TorchTrainer
 from scaleforge.artifacts import save_artifact
 from scaleforge.artifacts.parts import save_moe_parts
 from scaleforge.config.schema import FaultSpec, OptimSpec, ParallelSpec, RunSpec, TrainJobConfig
-from scaleforge.data.ray_datasets import build_ray_datasets
+from scaleforge.data.ray_datasets import TrainingData, build_ray_datasets
 from scaleforge.distributed.checkpoint import (
     load_model_weights,
     load_optimizer_state,
@@ -42,6 +42,7 @@ from scaleforge.distributed.checkpoint import (
     write_trainer_state,
 )
 from scaleforge.distributed.ep import expert_groups, gather_expert_state, shard_experts, sync_gradients
+from scaleforge.distributed.losses import distillation_loss
 from scaleforge.distributed.schedule import learning_rate_at, peak_learning_rate
 from scaleforge.models import ModelSpec, build_model, count_parameters
 from scaleforge.models.moe import auxiliary_loss, expert_load, moe_layers
@@ -79,11 +80,15 @@ class TrainingResult:
         return "\n".join(lines)
 
 
-def run_training(cfg: TrainJobConfig) -> TrainingResult:
+def run_training(cfg: TrainJobConfig, *, data: Optional[TrainingData] = None,
+                 distill: Optional[dict[str, float]] = None) -> TrainingResult:
     """Train ``cfg.model`` data-parallel on Ray Train and export the model as an artifact.
 
     Args:
         cfg: A validated job config.
+        data: Prebuilt datasets (default: built from ``cfg.data``).
+        distill: ``{"temperature", "alpha"}``: train on the soft targets in the train split's
+            ``teacher_logits`` column plus the hard labels (knowledge distillation).
 
     Returns:
         The final metrics, the per-epoch history and the artifact folder.
@@ -91,11 +96,11 @@ def run_training(cfg: TrainJobConfig) -> TrainingResult:
     started = time.perf_counter()
     scaling = cfg.scaling
     ensure_ray(min_cpus=scaling.num_workers * scaling.resources_per_worker.get("CPU", 1) + 2)
-    data = build_ray_datasets(cfg.data)
+    data = data or build_ray_datasets(cfg.data)
     run_name = cfg.run.name or f"train-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"job": cfg.model_dump(mode="json"), "info": asdict(data.info)},
+        train_loop_config={"job": cfg.model_dump(mode="json"), "info": asdict(data.info), "distill": distill},
         scaling_config=ScalingConfig(
             num_workers=scaling.num_workers,
             use_gpu=scaling.use_gpu,
@@ -131,7 +136,8 @@ def run_training(cfg: TrainJobConfig) -> TrainingResult:
         metrics={k: final[k] for k in ("test_accuracy", "test_loss", "train_accuracy", "train_loss")},
         dataset=dataset,
         extra={"training": {"job": "train", "run": run_name, "checkpoint": result.checkpoint.path,
-                            "num_workers": scaling.num_workers, "epochs": len(state["history"])}, **parts},
+                            "num_workers": scaling.num_workers, "epochs": len(state["history"]),
+                            **({"distill": distill} if distill else {})}, **parts},
     )
     return TrainingResult(
         metrics={**final, "resumed_from_epoch": state["resumed_from_epoch"]},
@@ -189,7 +195,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         for layer in moe_layers(module):
             layer.reset_stats()
         train, step, lr = _train_epoch(layout, optimizer, train_shard, device, optim, schedule, step, epoch,
-                                       die_at_batch=steps_per_epoch // 2 if dies_now else -1)
+                                       die_at_batch=steps_per_epoch // 2 if dies_now else -1,
+                                       distill=config.get("distill"))
         elapsed = torch.tensor([time.perf_counter() - began])
         test = _evaluate(module, test_shard, device, optim.precision == "bf16")
         if world > 1:
@@ -222,13 +229,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
 
 def _train_epoch(layout: "_Layout", optimizer, shard, device, optim: OptimSpec, schedule, step: int, epoch: int,
-                 die_at_batch: int):
+                 die_at_batch: int, distill: Optional[dict[str, float]] = None):
     """One pass over this rank's shard. Returns ([loss sum, correct, seen], next step, last lr)."""
     model, module = layout.model, layout.module
     model.train()
     totals, lr = torch.zeros(3, dtype=torch.float64), 0.0
+    dtypes = {"x": torch.float32, "y": torch.int64, **({"teacher_logits": torch.float32} if distill else {})}
     batches = shard.iter_torch_batches(
-        batch_size=optim.batch_size, dtypes={"x": torch.float32, "y": torch.int64}, device=device,
+        batch_size=optim.batch_size, dtypes=dtypes, device=device,
         local_shuffle_buffer_size=4096, local_shuffle_seed=optim.seed + epoch,
     )
     for index, batch in enumerate(batches):
@@ -244,7 +252,7 @@ def _train_epoch(layout: "_Layout", optimizer, shard, device, optim: OptimSpec, 
             group["lr"] = lr
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=optim.precision == "bf16"):
             logits = model(batch["x"])
-            loss = F.cross_entropy(logits.float(), batch["y"]) + auxiliary_loss(module)
+            loss = _task_loss(logits.float(), batch, distill) + auxiliary_loss(module)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if layout.sync_gradients:
@@ -253,6 +261,12 @@ def _train_epoch(layout: "_Layout", optimizer, shard, device, optim: OptimSpec, 
         step += 1
         totals += torch.tensor([loss.item() * len(logits), (logits.argmax(1) == batch["y"]).sum().item(), len(logits)])
     return totals, step, lr
+
+
+def _task_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor], distill: Optional[dict[str, float]]):
+    if distill:
+        return distillation_loss(logits, batch["teacher_logits"], batch["y"], **distill)
+    return F.cross_entropy(logits, batch["y"])
 
 
 def _expert_load(module) -> dict[str, Any]:
