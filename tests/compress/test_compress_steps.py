@@ -140,3 +140,18 @@ def test_distillation_loss_is_cross_entropy_at_alpha_zero_and_pulls_towards_the_
     torch.testing.assert_close(hard, torch.nn.functional.cross_entropy(student, labels))
     assert distillation_loss(teacher, teacher, labels, 4.0, 1.0).item() == pytest.approx(0.0, abs=1e-6)
     assert distillation_loss(student, teacher, labels, 4.0, 1.0).item() > 0
+
+
+def test_onnx_export_matches_the_torch_model(teacher, arrays, tmp_path):
+    import numpy as np
+    import onnxruntime
+
+    from scaleforge.compress.run import export_onnx
+
+    factorized, _ = apply_step(LowRankStep(step="low_rank", rank=16, finetune=FinetuneSpec(epochs=0)), teacher, arrays)
+    export_onnx(factorized.model, tmp_path / "model.onnx", 40)
+    session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"))
+    x = arrays.x_test[:64]
+    (logits,) = session.run(None, {"x": x})
+    with torch.inference_mode():
+        np.testing.assert_allclose(logits, factorized.model(torch.as_tensor(x)).numpy(), atol=1e-4)

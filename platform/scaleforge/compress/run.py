@@ -69,9 +69,9 @@ def run_compression(cfg: CompressJobConfig) -> CompressionResult:
         raise ValueError(f"data: {cfg.data.source} differs from the data the teacher was trained on "
                          f"(fingerprint {teacher.manifest['dataset']['fingerprint'][:19]}...)")
     ensure_ray(min_cpus=cfg.scaling.num_workers * cfg.scaling.resources_per_worker.get("CPU", 1) + 2)
-    sweep_tasks = _launch_sweeps(cfg, teacher_path, out / "sweeps")
     chain = _run_recipe(cfg, teacher, arrays, out / "steps")
-    sweeps = _gather_sweeps(cfg, sweep_tasks)
+    # After the recipe: Ray Train's workers for distillation would otherwise queue behind sweep tasks.
+    sweeps = _gather_sweeps(_launch_sweeps(cfg, teacher_path, out / "sweeps"))
 
     measured = {"teacher": _measure("teacher", "teacher", teacher_path, arrays, cfg, {})}
     measured["recipe"] = [_measure(name, step, path, arrays, cfg, details) for name, step, path, details in chain]
@@ -104,7 +104,7 @@ def _run_recipe(cfg: CompressJobConfig, teacher, arrays, folder: Path) -> list[t
         if step.step == "export":
             current = _save(target, state, teacher.manifest, arrays, {"step": "export"})
             if step.onnx:
-                _export_onnx(state.model, target / "model.onnx", arrays.info.input_dim)
+                export_onnx(state.model, target / "model.onnx", arrays.info.input_dim)
             chain.append((target.name, "export", current, {"onnx": step.onnx}))
             continue
         state, details = apply_step(step, state, arrays)
@@ -138,7 +138,7 @@ def _launch_sweeps(cfg: CompressJobConfig, teacher: Path, folder: Path) -> dict[
     return tasks
 
 
-def _gather_sweeps(cfg: CompressJobConfig, tasks: dict[str, list]) -> dict[str, list]:
+def _gather_sweeps(tasks: dict[str, list]) -> dict[str, list]:
     total = sum(len(points) for points in tasks.values())
     done, results = 0, {}
     for name, points in tasks.items():
@@ -181,6 +181,7 @@ def _save_slim_model(target: Path, source: Path) -> Path:
                          extra={"compression": manifest.get("compression", {}), "source": str(source)})
 
 
-def _export_onnx(model: torch.nn.Module, path: Path, input_dim: int) -> None:
+def export_onnx(model: torch.nn.Module, path: Path, input_dim: int) -> None:
+    """``model`` as ONNX (dynamic batch) for edge runtimes such as onnxruntime."""
     torch.onnx.export(model.eval(), (torch.zeros(1, input_dim),), str(path), input_names=["x"], output_names=["logits"],
                       dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}}, dynamo=False)

@@ -119,7 +119,7 @@ class SweepSpec(_Section):
     step: Step
     param: str
     """The field of ``step`` that varies: ``sparsity``, ``rank``, ``energy`` or ``scheme``."""
-    values: list[Union[float, str]] = Field(min_length=1)
+    values: list[Union[int, float, str]] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _param_varies(self) -> "SweepSpec":

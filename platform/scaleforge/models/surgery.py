@@ -8,7 +8,7 @@ into it without pickle.
 """
 
 import warnings
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -185,8 +185,3 @@ def _set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
     parent, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, child, module)
 
-
-def find_layer(model: nn.Module, name: str, kinds: tuple = (nn.Linear, nn.Conv1d)) -> Optional[nn.Module]:
-    """The layer called ``name`` if it is one of ``kinds``, else None."""
-    module = dict(model.named_modules()).get(name)
-    return module if isinstance(module, kinds) else None
