@@ -20,7 +20,7 @@ from pydantic import TypeAdapter
 from scaleforge.artifacts import load_artifact, load_model, read_manifest, save_artifact
 from scaleforge.compress.distill import distill
 from scaleforge.compress.finetune import accuracy
-from scaleforge.compress.measure import StepRecord, folder_bytes, latency_ms
+from scaleforge.compress.measure import StepRecord, folder_bytes, latency_table
 from scaleforge.config.compress import CompressJobConfig, Step
 from scaleforge.compress.report import write_report
 from scaleforge.compress.steps import ModelState, apply_step
@@ -73,10 +73,13 @@ def run_compression(cfg: CompressJobConfig) -> CompressionResult:
     # After the recipe: Ray Train's workers for distillation would otherwise queue behind sweep tasks.
     sweeps = _gather_sweeps(_launch_sweeps(cfg, teacher_path, out / "sweeps"))
 
-    measured = {"teacher": _measure("teacher", "teacher", teacher_path, arrays, cfg, {})}
-    measured["recipe"] = [_measure(name, step, path, arrays, cfg, details) for name, step, path, details in chain]
-    measured["sweeps"] = {name: [_measure(label, step, path, arrays, cfg, details) for label, step, path, details in points]
-                          for name, points in sweeps.items()}
+    entries = [("teacher", "teacher", teacher_path, {}), *chain]
+    entries += [point for points in sweeps.values() for point in points]
+    records = _measure(entries, arrays, cfg)
+    measured = {"teacher": records[0], "recipe": records[1:len(chain) + 1], "sweeps": {}}
+    remaining = iter(records[len(chain) + 1:])
+    for name, points in sweeps.items():
+        measured["sweeps"][name] = [next(remaining) for _ in points]
     final = _save_slim_model(out / "model", chain[-1][2])
     report = write_report(out, measured, cfg, wall_s=time.perf_counter() - started)
     return CompressionResult(final, report, out, time.perf_counter() - started)
@@ -150,15 +153,15 @@ def _gather_sweeps(tasks: dict[str, list]) -> dict[str, list]:
     return results
 
 
-def _measure(name: str, step: str, path: Path, arrays, cfg: CompressJobConfig, details: dict) -> StepRecord:
-    model = load_model(path)
-    return StepRecord(
-        name=name, step=step, artifact=str(path), parameters=read_manifest(path)["parameters"],
-        bytes=folder_bytes(path), accuracy=accuracy(model, arrays.x_test, arrays.y_test),
-        latency_ms=latency_ms(model, arrays.info.input_dim, cfg.measure.batch_sizes, cfg.measure.repeats,
-                              cfg.measure.threads),
-        details=details,
-    )
+def _measure(entries: list[tuple[str, str, Path, dict]], arrays, cfg: CompressJobConfig) -> list[StepRecord]:
+    """Every model loaded through the serving loader, then timed side by side (round-robin)."""
+    models = {name: load_model(path) for name, _, path, _ in entries}
+    latency = latency_table(models, arrays.info.input_dim, cfg.measure.batch_sizes, cfg.measure.repeats,
+                            cfg.measure.threads)
+    return [StepRecord(name=name, step=step, artifact=str(path), parameters=read_manifest(path)["parameters"],
+                       bytes=folder_bytes(path), accuracy=accuracy(models[name], arrays.x_test, arrays.y_test),
+                       latency_ms=latency[name], details=details)
+            for name, step, path, details in entries]
 
 
 def _save(target: Path, state: ModelState, teacher_manifest: dict, arrays, compression: dict) -> Path:
