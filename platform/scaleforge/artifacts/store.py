@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -19,7 +20,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 import scaleforge
-from scaleforge.models import ModelSpec, build_model, count_parameters
+from scaleforge.artifacts.tensors import decode_state, encode_state
+from scaleforge.models import ModelSpec, build_model
+from scaleforge.models.surgery import apply_edits, count_weights
 
 FORMAT = "scaleforge.artifact/1"
 WEIGHTS = "model.safetensors"
@@ -50,6 +53,7 @@ def save_artifact(
     metrics: Optional[dict[str, float]] = None,
     dataset: Optional[dict[str, Any]] = None,
     extra: Optional[dict[str, Any]] = None,
+    architecture: Optional[list[dict[str, Any]]] = None,
 ) -> Path:
     """Export ``model`` as an artifact folder at ``path``, replacing any previous one atomically.
 
@@ -62,6 +66,8 @@ def save_artifact(
         metrics: Evaluation results to record (e.g. ``{"test_accuracy": 0.98}``).
         dataset: Where the training data came from, with its ``fingerprint``.
         extra: Further JSON-serialisable fields for later stages.
+        architecture: Edits that turned ``spec``'s model into ``model`` (pruned shapes, low-rank
+            factors, quantization; see ``scaleforge.models.surgery``), replayed by the loader.
 
     Returns:
         The artifact folder.
@@ -70,19 +76,21 @@ def save_artifact(
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
-        save_file(state, staging / WEIGHTS)
+        tensors, layout = encode_state(model.state_dict())
+        save_file(tensors, staging / WEIGHTS)
+        compressed = {"architecture": architecture, "state_layout": layout} if architecture else {}
         manifest = {
             "format": FORMAT,
             "model": spec.model_dump(mode="json"),
             "input_dim": input_dim,
             "num_classes": num_classes,
-            "parameters": count_parameters(model),
+            "parameters": count_weights(model),
             "metrics": metrics or {},
             "dataset": dataset or {},
             "weights": {"file": WEIGHTS, "sha256": _sha256(staging / WEIGHTS), "bytes": (staging / WEIGHTS).stat().st_size},
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "scaleforge_version": scaleforge.__version__,
+            **compressed,
             **(extra or {}),
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -96,6 +104,9 @@ def save_artifact(
 
 def load_artifact(path: str | os.PathLike) -> Artifact:
     """Load and verify an artifact folder written by :func:`save_artifact`.
+
+    A compressed model is rebuilt exactly: the base architecture from the registry, then the
+    manifest's ``architecture`` edits, then its int8/float tensors.
 
     Raises:
         ArtifactError: the folder or a file is missing, the manifest is malformed, or the
@@ -114,8 +125,18 @@ def load_artifact(path: str | os.PathLike) -> Artifact:
         )
     spec = _SPEC_ADAPTER.validate_python(manifest["model"])
     model = build_model(spec, manifest["input_dim"], manifest["num_classes"])
-    model.load_state_dict(load_file(weights))
+    model = apply_edits(model, manifest.get("architecture", []), manifest["input_dim"])
+    state = OrderedDict(decode_state(load_file(weights), manifest.get("state_layout", {})))
+    # Quantized modules read their format version from the state dict's metadata (the rebuilt
+    # module tree has the same versions as the one that was saved).
+    state._metadata = model.state_dict()._metadata
+    model.load_state_dict(state)
     return Artifact(model.eval(), manifest, folder)
+
+
+def load_model(path: str | os.PathLike) -> nn.Module:
+    """The model of an artifact, compressed or not, ready for inference (what serving loads)."""
+    return load_artifact(path).model
 
 
 def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from ray.train.torch import TorchConfig, TorchTrainer
 from scaleforge.artifacts import save_artifact
 from scaleforge.artifacts.parts import save_moe_parts
 from scaleforge.config.schema import FaultSpec, OptimSpec, ParallelSpec, RunSpec, TrainJobConfig
-from scaleforge.data.ray_datasets import build_ray_datasets
+from scaleforge.data.ray_datasets import TrainingData, build_ray_datasets
 from scaleforge.distributed.checkpoint import (
     load_model_weights,
     load_optimizer_state,
@@ -48,6 +48,7 @@ from scaleforge.distributed.checkpoint import (
 from scaleforge.distributed.ep import expert_groups, gather_expert_state, shard_experts, sync_gradients
 from scaleforge.distributed.memory import describe_memory, gather_memory, single_process_memory
 from scaleforge.distributed.model_parallel import ModelParallel, load_gathered_weights, parallelize
+from scaleforge.distributed.losses import distillation_loss
 from scaleforge.distributed.schedule import learning_rate_at, peak_learning_rate
 from scaleforge.distributed.worker_data import WorkerData
 from scaleforge.models import ModelSpec, build_model, count_parameters
@@ -88,11 +89,15 @@ class TrainingResult:
         return "\n".join(lines)
 
 
-def run_training(cfg: TrainJobConfig) -> TrainingResult:
+def run_training(cfg: TrainJobConfig, *, data: Optional[TrainingData] = None,
+                 distill: Optional[dict[str, float]] = None) -> TrainingResult:
     """Train ``cfg.model`` data-parallel on Ray Train and export the model as an artifact.
 
     Args:
         cfg: A validated job config.
+        data: Prebuilt datasets (default: built from ``cfg.data``).
+        distill: ``{"temperature", "alpha"}``: train on the soft targets in the train split's
+            ``teacher_logits`` column plus the hard labels (knowledge distillation).
 
     Returns:
         The final metrics, the per-epoch history and the artifact folder.
@@ -100,11 +105,11 @@ def run_training(cfg: TrainJobConfig) -> TrainingResult:
     started = time.perf_counter()
     scaling = cfg.scaling
     ensure_ray(min_cpus=scaling.num_workers * scaling.resources_per_worker.get("CPU", 1) + 2)
-    data = build_ray_datasets(cfg.data)
+    data = data or build_ray_datasets(cfg.data)
     run_name = cfg.run.name or f"train-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"job": cfg.model_dump(mode="json"), "info": asdict(data.info)},
+        train_loop_config={"job": cfg.model_dump(mode="json"), "info": asdict(data.info), "distill": distill},
         scaling_config=ScalingConfig(
             num_workers=scaling.num_workers,
             use_gpu=scaling.use_gpu,
@@ -145,7 +150,8 @@ def run_training(cfg: TrainJobConfig) -> TrainingResult:
         dataset=dataset,
         extra={"training": {"job": "train", "run": run_name, "checkpoint": result.checkpoint.path,
                             "num_workers": scaling.num_workers, "epochs": len(state["history"]),
-                            "parallel": cfg.parallel.model_dump()}, **parts},
+                            "parallel": cfg.parallel.model_dump(), **({"distill": distill} if distill else {})},
+                            **parts},
     )
     return TrainingResult(
         metrics={**final, "resumed_from_epoch": state["resumed_from_epoch"], **state.get("memory", {})},
@@ -195,7 +201,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             else:
                 load_optimizer_state(Path(folder), optimizer, layout.optimizer_shard)
 
-    data = WorkerData(layout.split, optim, info, world)
+    data = WorkerData(layout.split, optim, info, world, distill=bool(config.get("distill")))
     peak = peak_learning_rate(optim.lr, optim.batch_size * data.world, optim.base_batch_size, optim.lr_scaling)
     schedule = dict(peak=peak, total_steps=data.steps_per_epoch * optim.epochs,
                     warmup_steps=round(optim.warmup_epochs * data.steps_per_epoch), schedule=optim.schedule)
@@ -207,7 +213,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         for layer in moe_layers(module):
             layer.reset_stats()
         train, step, lr = _train_epoch(layout, optimizer, data.train_batches(epoch), optim, schedule, step, epoch,
-                                       die_at_batch=data.steps_per_epoch // 2 if dies_now else -1)
+                                       die_at_batch=data.steps_per_epoch // 2 if dies_now else -1,
+                                       distill=config.get("distill"))
         elapsed = torch.tensor([time.perf_counter() - began])
         if layout.split and not memory:  # after the first step every gradient and optimiser state exists
             memory = gather_memory(layout.split.memory(optimizer), reference_memory)
@@ -244,11 +251,15 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
 
 def _train_epoch(layout: "_Layout", optimizer, batches, optim: OptimSpec, schedule, step: int, epoch: int,
-                 die_at_batch: int):
-    """One pass over this rank's ``(x, y)`` batches. Returns ([loss sum, correct, seen], next step, last lr)."""
+                 die_at_batch: int, distill: Optional[dict[str, float]] = None):
+    """One pass over this rank's ``(x, y, teacher logits or None)`` batches.
+
+    Returns:
+        ([loss sum, correct, seen], next step, last lr).
+    """
     layout.model.train()
     totals, lr = torch.zeros(3, dtype=torch.float64), 0.0
-    for index, (x, y) in enumerate(batches):
+    for index, (x, y, teacher_logits) in enumerate(batches):
         if index == die_at_batch:
             # Ray Train commits a reported checkpoint when its controller next polls the workers;
             # wait for that so the crash always lands after a durable checkpoint.
@@ -260,12 +271,21 @@ def _train_epoch(layout: "_Layout", optimizer, batches, optim: OptimSpec, schedu
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.zero_grad(set_to_none=True)
-        loss, logits = layout.train_step(x, y, bf16=optim.precision == "bf16")
+        loss, logits = layout.train_step(x, y, bf16=optim.precision == "bf16", teacher_logits=teacher_logits,
+                                         distill=distill)
         optimizer.step()
         step += 1
         if logits is not None:  # model parallel: only the rank that reports for its data slice
             totals += torch.tensor([loss.item() * len(logits), (logits.argmax(1) == y).sum().item(), len(logits)])
     return totals, step, lr
+
+
+def _task_loss(logits: torch.Tensor, y: torch.Tensor, teacher_logits: Optional[torch.Tensor],
+               distill: Optional[dict[str, float]]) -> torch.Tensor:
+    """Cross-entropy on the labels, or with ``distill`` the distillation loss on the teacher's logits too."""
+    if distill:
+        return distillation_loss(logits, teacher_logits, y, **distill)
+    return F.cross_entropy(logits, y)
 
 
 def _expert_load(module) -> dict[str, Any]:
@@ -314,7 +334,8 @@ class _Layout:
     split: Optional[ModelParallel] = None
     """Model parallel (fsdp, tp, pp): its own step, prediction and sharded checkpoints."""
 
-    def train_step(self, x: torch.Tensor, y: torch.Tensor, bf16: bool = False):
+    def train_step(self, x: torch.Tensor, y: torch.Tensor, bf16: bool = False,
+                   teacher_logits: Optional[torch.Tensor] = None, distill: Optional[dict[str, float]] = None):
         """Forward (autocast to bf16 if asked; model parallel is fp32 only) and backward with
         gradients synchronised. Returns ``(loss, logits)``, or ``(None, None)`` on model-parallel
         ranks that do not see the logits."""
@@ -322,7 +343,7 @@ class _Layout:
             return self.split.train_step(x, y)
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
             logits = self.model(x)
-            loss = F.cross_entropy(logits.float(), y) + auxiliary_loss(self.module)
+            loss = _task_loss(logits.float(), y, teacher_logits, distill) + auxiliary_loss(self.module)
         loss.backward()
         if self.sync_gradients:
             self.sync_gradients()

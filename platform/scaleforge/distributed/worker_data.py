@@ -16,8 +16,11 @@ class WorkerData:
     """This rank's training and test batches: a Ray Data shard, or under model parallelism the
     whole dataset held as tensors and sliced so that ranks sharing a data slice see the same rows."""
 
-    def __init__(self, split: Optional[ModelParallel], optim: OptimSpec, info: dict[str, Any], world: int):
-        self.optim, self.split = optim, split
+    def __init__(self, split: Optional[ModelParallel], optim: OptimSpec, info: dict[str, Any], world: int,
+                 distill: bool = False):
+        if split and distill:
+            raise ValueError("distillation trains data-parallel only; use parallel degrees of 1")
+        self.optim, self.split, self.distill = optim, split, distill
         self.train_shard, self.test_shard = ray.train.get_dataset_shard("train"), ray.train.get_dataset_shard("test")
         self.world = split.data_world if split else world
         # A pipeline fixes its shapes at the first step: test batches are padded to the training batch.
@@ -31,14 +34,15 @@ class WorkerData:
             self.steps_per_epoch = math.ceil((info["num_train"] // world) / optim.batch_size)
 
     def train_batches(self, epoch: int):
+        """``(x, y, teacher logits)`` batches; the teacher's logits only when distilling, else None."""
         if self.split:
-            return self.replicated.epoch(epoch)
+            return ((x, y, None) for x, y in self.replicated.epoch(epoch))
+        dtypes = {"x": torch.float32, "y": torch.int64, **({"teacher_logits": torch.float32} if self.distill else {})}
         batches = self.train_shard.iter_torch_batches(
-            batch_size=self.optim.batch_size, dtypes={"x": torch.float32, "y": torch.int64},
-            device=ray.train.torch.get_device(), local_shuffle_buffer_size=4096,
-            local_shuffle_seed=self.optim.seed + epoch,
+            batch_size=self.optim.batch_size, dtypes=dtypes, device=ray.train.torch.get_device(),
+            local_shuffle_buffer_size=4096, local_shuffle_seed=self.optim.seed + epoch,
         )
-        return ((batch["x"], batch["y"]) for batch in batches)
+        return ((batch["x"], batch["y"], batch.get("teacher_logits")) for batch in batches)
 
     def test_batches(self):
         if self.split:

@@ -1,0 +1,22 @@
+"""Compression of a trained model artifact with an ordered recipe (distill, prune, low_rank, quantize, export).
+
+    python -m jobs.compress --config configs/compress.yaml [--set output=/abs/path ...]
+    ray job submit --working-dir . --runtime-env-json '{"py_modules": ["platform/scaleforge"]}' \
+        -- python -m jobs.compress --config configs/compress.yaml
+"""
+
+import sys
+from typing import Optional, Sequence
+
+from scaleforge.config import CompressJobConfig
+from scaleforge.config import run_job
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from scaleforge.compress.run import run_compression  # Ray and the steps load only for a valid config
+
+    return run_job(CompressJobConfig, run_compression, argv, prog="jobs.compress")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""``report.json``, ``report.md`` and PNG plots of a compression run, every model against the teacher."""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (backend chosen first: jobs run headless)
+
+from scaleforge.compress.measure import StepRecord  # noqa: E402
+
+
+def write_report(out: Path, measured: dict[str, Any], cfg, wall_s: float) -> dict[str, Any]:
+    """Write the three outputs into ``out`` and return the JSON report."""
+    teacher: StepRecord = measured["teacher"]
+    report = {
+        "teacher": _row(teacher, teacher),
+        "recipe": [_row(record, teacher) for record in measured["recipe"]],
+        "sweeps": {name: [_row(record, teacher) for record in records] for name, records in measured["sweeps"].items()},
+        "measure": cfg.measure.model_dump(),
+        "torch_threads": cfg.measure.threads,
+        "wall_s": wall_s,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    _write_atomic(out / "report.json", json.dumps(report, indent=2) + "\n")
+    _write_atomic(out / "report.md", _markdown(report))
+    _plot_sparsity(report, out / "accuracy_vs_sparsity.png")
+    _plot_tradeoffs(report, out / "accuracy_vs_size_latency.png")
+    return report
+
+
+def _row(record: StepRecord, teacher: StepRecord) -> dict[str, Any]:
+    row = record.as_dict()
+    row["vs_teacher"] = {
+        "accuracy_drop_points": round((teacher.accuracy - record.accuracy) * 100, 3),
+        "accuracy_retained": record.accuracy / teacher.accuracy,
+        "fewer_parameters": teacher.parameters / record.parameters,
+        "smaller": teacher.bytes / record.bytes,
+        "speedup": {str(batch): teacher.latency_ms[batch] / ms for batch, ms in record.latency_ms.items()},
+    }
+    return row
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    batches = list(report["teacher"]["latency_ms"])
+    header = ("| model | step | accuracy | drop (pts) | weights | bytes | smaller | "
+              + " | ".join(f"ms @ {b} | speed-up @ {b}" for b in batches) + " | details |")
+    rule = "|" + "---|" * (header.count("|") - 1)
+    lines = ["# Compression report", "",
+             f"Teacher: `{report['teacher']['artifact']}`. Latency: median of {report['measure']['repeats']} "
+             f"forward passes on CPU, torch.set_num_threads({report['torch_threads']}), every model in the same process. "
+             f"Wall-clock {report['wall_s']:.0f} s.", "", "## Recipe", "", header, rule]
+    lines += [_md_row(row, batches) for row in [report["teacher"], *report["recipe"]]]
+    for name, rows in report["sweeps"].items():
+        lines += ["", f"## Sweep: {name}", "", header, rule, *[_md_row(row, batches) for row in rows]]
+    lines += ["", "![accuracy vs sparsity](accuracy_vs_sparsity.png)", "",
+              "![accuracy vs size and latency](accuracy_vs_size_latency.png)", ""]
+    return "\n".join(lines)
+
+
+def _md_row(row: dict[str, Any], batches: list[str]) -> str:
+    vs = row["vs_teacher"]
+    timing = " | ".join(f"{row['latency_ms'][b]:.2f} | {vs['speedup'][b]:.2f}x" for b in batches)
+    details = ", ".join(f"{k}={v}" for k, v in row["details"].items() if k != "widths")
+    return (f"| {row['name']} | {row['step']} | {row['accuracy']:.4f} | {vs['accuracy_drop_points']:.2f} | "
+            f"{row['parameters']:,} | {row['bytes']:,} | {vs['smaller']:.1f}x | {timing} | {details} |")
+
+
+def _plot_sparsity(report: dict[str, Any], path: Path) -> None:
+    figure, axis = plt.subplots(figsize=(6, 4))
+    teacher = report["teacher"]["accuracy"]
+    for name, rows in report["sweeps"].items():
+        points = [(row["details"]["sparsity"], row["accuracy"]) for row in rows if "sparsity" in row["details"]]
+        if points:
+            axis.plot(*zip(*sorted(points)), marker="o", label=name)
+    axis.axhline(teacher, color="gray", linestyle="--", label="teacher")
+    axis.set(xlabel="sparsity (share of weights / channels removed)", ylabel="test accuracy",
+             title="Accuracy vs sparsity (after fine-tuning)")
+    axis.legend()
+    _save_figure(figure, path)
+
+
+def _plot_tradeoffs(report: dict[str, Any], path: Path) -> None:
+    rows = [report["teacher"], *report["recipe"], *[row for rows in report["sweeps"].values() for row in rows]]
+    batch = list(report["teacher"]["latency_ms"])[-1]
+    figure, axes = plt.subplots(1, 2, figsize=(12, 5))
+    for axis, key, label in ((axes[0], "bytes", "bytes on disk"), (axes[1], "latency", f"CPU latency at batch {batch} (ms)")):
+        for row in rows:
+            x = row["bytes"] if key == "bytes" else row["latency_ms"][batch]
+            axis.scatter(x, row["accuracy"], s=20)
+            axis.annotate(row["name"], (x, row["accuracy"]), fontsize=6)
+        axis.set(xscale="log", xlabel=label, ylabel="test accuracy")
+    figure.suptitle("Every model of the run against the teacher")
+    _save_figure(figure, path)
+
+
+def _save_figure(figure, path: Path) -> None:
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    handle, staging = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(handle, "w") as file:
+        file.write(text)
+    os.replace(staging, path)

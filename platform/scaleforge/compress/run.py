@@ -1,0 +1,190 @@
+"""The compression job: run the recipe chain, the sweeps (parallel Ray tasks), measure, report.
+
+Every model that is reported is measured the same way, in the driver, one after another: loaded
+from its artifact through ``scaleforge.artifacts.load_model`` (the loader serving uses), then
+accuracy on the test split, bytes on disk and CPU latency with the same thread count. Ratios
+against the teacher come from the same run, so the noise of a shared machine cancels as far
+as it can.
+"""
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+from pydantic import TypeAdapter
+
+from scaleforge.artifacts import load_artifact, load_model, read_manifest, save_artifact
+from scaleforge.compress.distill import distill
+from scaleforge.compress.finetune import accuracy
+from scaleforge.compress.measure import StepRecord, folder_bytes, latency_table
+from scaleforge.config.compress import CompressJobConfig, Step
+from scaleforge.compress.report import write_report
+from scaleforge.compress.steps import ModelState, apply_step
+from scaleforge.data import DataSpec, load_arrays
+from scaleforge.models import ModelSpec
+from scaleforge.runtime import ensure_ray
+
+_SPEC = TypeAdapter(ModelSpec)
+_STEP = TypeAdapter(Step)
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class CompressionResult:
+    """The slim artifact, the report folder and every measured model."""
+
+    artifact: Path
+    report: dict[str, Any]
+    output: Path
+    wall_s: float
+
+    def summary(self) -> str:
+        teacher, final = self.report["teacher"], self.report["recipe"][-1]
+        vs = final["vs_teacher"]
+        return "\n".join([
+            f"teacher: accuracy {teacher['accuracy']:.4f}, {teacher['parameters']:,} weights, {teacher['bytes']:,} bytes",
+            f"slim model: accuracy {final['accuracy']:.4f} (drop {vs['accuracy_drop_points']:.2f} points), "
+            f"{final['parameters']:,} weights, {final['bytes']:,} bytes ({vs['smaller']:.1f}x smaller), "
+            f"{vs['speedup'].get('64', float('nan')):.1f}x faster at batch 64",
+            f"artifact: {self.artifact}",
+            f"report: {self.output / 'report.md'} ({self.wall_s:.1f} s wall-clock)",
+        ])
+
+
+def run_compression(cfg: CompressJobConfig) -> CompressionResult:
+    """Compress ``cfg.teacher`` with ``cfg.recipe``, run ``cfg.sweeps``, write artifacts and the report."""
+    started = time.perf_counter()
+    # One intra-op thread count for everything the driver runs: on a loaded machine extra OpenMP
+    # threads spin against other processes (a conv step measured 50x slower with 2 threads than 1).
+    torch.set_num_threads(cfg.measure.threads)
+    out = Path(cfg.output).expanduser().resolve()
+    teacher_path = Path(cfg.teacher).expanduser().resolve()
+    teacher = load_artifact(teacher_path)
+    arrays = load_arrays(cfg.data)
+    if teacher.manifest.get("dataset", {}).get("fingerprint") not in (None, arrays.fingerprint):
+        raise ValueError(f"data: {cfg.data.source} differs from the data the teacher was trained on "
+                         f"(fingerprint {teacher.manifest['dataset']['fingerprint'][:19]}...)")
+    ensure_ray(min_cpus=cfg.scaling.num_workers * cfg.scaling.resources_per_worker.get("CPU", 1) + 2)
+    chain = _run_recipe(cfg, teacher, arrays, out / "steps")
+    # After the recipe: Ray Train's workers for distillation would otherwise queue behind sweep tasks.
+    sweeps = _gather_sweeps(_launch_sweeps(cfg, teacher_path, out / "sweeps"))
+
+    entries = [("teacher", "teacher", teacher_path, {}), *chain]
+    entries += [point for points in sweeps.values() for point in points]
+    records = _measure(entries, arrays, cfg)
+    measured = {"teacher": records[0], "recipe": records[1:len(chain) + 1], "sweeps": {}}
+    remaining = iter(records[len(chain) + 1:])
+    for name, points in sweeps.items():
+        measured["sweeps"][name] = [next(remaining) for _ in points]
+    final = _save_slim_model(out / "model", chain[-1][2])
+    report = write_report(out, measured, cfg, wall_s=time.perf_counter() - started)
+    return CompressionResult(final, report, out, time.perf_counter() - started)
+
+
+def _run_recipe(cfg: CompressJobConfig, teacher, arrays, folder: Path) -> list[tuple[str, str, Path, dict]]:
+    """Each recipe step starts from the previous step's model; every step's output is an artifact."""
+    state = ModelState(teacher.model, _SPEC.validate_python(teacher.manifest["model"]),
+                       list(teacher.manifest.get("architecture", [])))
+    current, chain = teacher.path, []
+    for index, step in enumerate(cfg.recipe):
+        target = folder / f"{index:02d}-{step.step}"
+        _log.warning(f"[compress] step {index + 1}/{len(cfg.recipe)}: {step.step}")
+        if step.step == "distill":
+            trained = distill(step, current, cfg, target)
+            student = load_artifact(trained["student"])
+            state = ModelState(student.model, step.student, [])
+            if trained["hard_labels"]:
+                chain.append((f"{index:02d}-distill-hard-labels", "distill_baseline", trained["hard_labels"],
+                              {"temperature": step.temperature, "alpha": 0.0}))
+            chain.append((target.name, "distill", trained["student"],
+                          {"temperature": step.temperature, "alpha": step.alpha}))
+            current = trained["student"]
+            continue
+        if step.step == "export":
+            current = _save(target, state, teacher.manifest, arrays, {"step": "export"})
+            if step.onnx:
+                export_onnx(state.model, target / "model.onnx", arrays.info.input_dim)
+            chain.append((target.name, "export", current, {"onnx": step.onnx}))
+            continue
+        state, details = apply_step(step, state, arrays)
+        current = _save(target, state, teacher.manifest, arrays, {"step": step.model_dump(mode="json"), **details})
+        chain.append((target.name, step.step, current, details))
+    return chain
+
+
+@ray.remote(num_cpus=1)
+def _sweep_point(step_json: dict, teacher_path: str, data_json: dict, target: str) -> dict:
+    """One sweep setting, in its own Ray task: the step applied to the teacher, saved as an artifact."""
+    torch.set_num_threads(1)
+    step, teacher = _STEP.validate_python(step_json), load_artifact(teacher_path)
+    arrays = load_arrays(DataSpec(**data_json))
+    state = ModelState(teacher.model, _SPEC.validate_python(teacher.manifest["model"]),
+                       list(teacher.manifest.get("architecture", [])))
+    state, details = apply_step(step, state, arrays)
+    _save(Path(target), state, teacher.manifest, arrays, {"step": step_json, **details})
+    return details
+
+
+def _launch_sweeps(cfg: CompressJobConfig, teacher: Path, folder: Path) -> dict[str, list]:
+    tasks = {}
+    for sweep in cfg.sweeps:
+        tasks[sweep.name] = []
+        for value, step in zip(sweep.values, sweep.steps()):
+            target = folder / f"{sweep.name}-{value}"
+            ref = _sweep_point.remote(step.model_dump(mode="json"), str(teacher), cfg.data.model_dump(mode="json"),
+                                      str(target))
+            tasks[sweep.name].append((f"{sweep.name} {sweep.param}={value}", step.step, target, ref))
+    return tasks
+
+
+def _gather_sweeps(tasks: dict[str, list]) -> dict[str, list]:
+    total = sum(len(points) for points in tasks.values())
+    done, results = 0, {}
+    for name, points in tasks.items():
+        results[name] = []
+        for label, step, target, ref in points:
+            results[name].append((label, step, target, ray.get(ref)))
+            done += 1
+            _log.warning(f"[compress] sweep point {done}/{total} done: {label}")
+    return results
+
+
+def _measure(entries: list[tuple[str, str, Path, dict]], arrays, cfg: CompressJobConfig) -> list[StepRecord]:
+    """Every model loaded through the serving loader, then timed side by side (round-robin)."""
+    models = {name: load_model(path) for name, _, path, _ in entries}
+    latency = latency_table(models, arrays.info.input_dim, cfg.measure.batch_sizes, cfg.measure.repeats,
+                            cfg.measure.threads)
+    return [StepRecord(name=name, step=step, artifact=str(path), parameters=read_manifest(path)["parameters"],
+                       bytes=folder_bytes(path), accuracy=accuracy(models[name], arrays.x_test, arrays.y_test),
+                       latency_ms=latency[name], details=details)
+            for name, step, path, details in entries]
+
+
+def _save(target: Path, state: ModelState, teacher_manifest: dict, arrays, compression: dict) -> Path:
+    return save_artifact(
+        target, state.model, state.spec, input_dim=arrays.info.input_dim, num_classes=arrays.info.num_classes,
+        metrics={"test_accuracy": accuracy(state.model, arrays.x_test, arrays.y_test)},
+        dataset=teacher_manifest.get("dataset"), architecture=state.edits or None,
+        extra={"compression": compression},
+    )
+
+
+def _save_slim_model(target: Path, source: Path) -> Path:
+    """The recipe's last artifact, re-exported (verified on load, written atomically) as ``output/model``."""
+    artifact = load_artifact(source)
+    manifest = artifact.manifest
+    return save_artifact(target, artifact.model, _SPEC.validate_python(manifest["model"]),
+                         input_dim=manifest["input_dim"], num_classes=manifest["num_classes"],
+                         metrics=manifest["metrics"], dataset=manifest["dataset"],
+                         architecture=manifest.get("architecture"),
+                         extra={"compression": manifest.get("compression", {}), "source": str(source)})
+
+
+def export_onnx(model: torch.nn.Module, path: Path, input_dim: int) -> None:
+    """``model`` as ONNX (dynamic batch) for edge runtimes such as onnxruntime."""
+    torch.onnx.export(model.eval(), (torch.zeros(1, input_dim),), str(path), input_names=["x"], output_names=["logits"],
+                      dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}}, dynamo=False)
