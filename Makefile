@@ -9,7 +9,7 @@ TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 CONFIG ?= configs/train_dp.yaml
 
-.PHONY: install demo test test-fast bench submit clean
+.PHONY: install demo test test-fast gpu-check bench submit clean
 
 install: $(STAMP)
 
@@ -21,16 +21,20 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: install
-	$(BIN)/python -m jobs.train --config configs/train_dp.yaml
+	$(BIN)/python -m jobs.pipeline --config configs/pipeline.yaml
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# On a machine with CUDA (install the CUDA build of torch first, see README): the GPU path, ~5 min.
+gpu-check: install
+	$(BIN)/python -m pytest -q -m gpu tests/gpu
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # Every benchmark in bench/, side by side runs; their tables go into the README.
-BENCHES ?= moe paramserver
+BENCHES ?= moe paramserver model_parallel serving
 bench: install
 	mkdir -p bench/results
 	for b in $(BENCHES); do $(BIN)/python bench/$$b.py 2>/dev/null | tee bench/results/$$b.txt; \

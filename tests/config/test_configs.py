@@ -89,3 +89,13 @@ def test_unreadable_files(tmp_path):
 def test_malformed_override():
     with pytest.raises(ConfigError, match="--set expects dotted.key=value, got 'optim.lr'"):
         load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", ["optim.lr"])
+
+
+def test_overrides_index_lists():
+    from scaleforge.config import AsyncSGDConfig
+
+    path = REPO / "configs/async_sgd.yaml"
+    cfg = load_config(AsyncSGDConfig, path, ["workers.scaling=[{at_s: 5, workers: 3}]", "workers.scaling.0.workers=4"])
+    assert cfg.workers.scaling[0].workers == 4 and cfg.workers.scaling[0].at_s == 5
+    with pytest.raises(ConfigError, match="'2' is not an index of a list of 1"):
+        load_config(AsyncSGDConfig, path, ["workers.scaling=[{at_s: 5, workers: 3}]", "workers.scaling.2.workers=4"])

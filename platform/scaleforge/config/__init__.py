@@ -5,14 +5,16 @@ from scaleforge.config.loader import ConfigError, load_config
 from scaleforge.config.async_sgd import AsyncSGDConfig
 from scaleforge.config.compress import CompressJobConfig
 from scaleforge.config.hwbench import HWBenchConfig
+from scaleforge.config.pipeline import PipelineConfig
 from scaleforge.config.schema import TrainJobConfig
 from scaleforge.config.serve import CalibrateConfig, ServeConfig
 
 JOB_SCHEMAS = {"jobs.train": TrainJobConfig, "jobs.async_sgd": AsyncSGDConfig, "jobs.compress": CompressJobConfig,
-               "jobs.serve": ServeConfig, "jobs.calibrate": CalibrateConfig, "jobs.hwbench": HWBenchConfig}
+               "jobs.serve": ServeConfig, "jobs.calibrate": CalibrateConfig, "jobs.hwbench": HWBenchConfig,
+               "jobs.pipeline": PipelineConfig}
 """Each job module and the schema of its ``--config`` file."""
 
 __all__ = [
     "AsyncSGDConfig", "CalibrateConfig", "CompressJobConfig", "ConfigError", "HWBenchConfig", "JOB_SCHEMAS",
-    "load_config", "parse_job_config", "run_job", "ServeConfig", "TrainJobConfig",
+    "load_config", "parse_job_config", "PipelineConfig", "run_job", "ServeConfig", "TrainJobConfig",
 ]

@@ -45,20 +45,36 @@ def load_config(schema: type[M], path: str | Path, overrides: Sequence[str] = ()
 
 
 def _apply_override(raw: dict, item: str, path: Path) -> None:
+    """``a.b=value`` sets a key; a number indexes a list that exists (``recipe.0.optim.epochs=2``)."""
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"{path}: --set expects dotted.key=value, got {item!r}")
     *parents, leaf = key.strip().split(".")
     node = raw
     for part in parents:
+        if isinstance(node, list):
+            node = _list_item(node, part, key, path)
+            continue
         child = node.setdefault(part, {})
-        if not isinstance(child, dict):
+        if not isinstance(child, (dict, list)):
             raise ConfigError(f"{path}: --set {key}: {part!r} is a value, not a section")
         node = child
     try:
-        node[leaf] = yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
     except yaml.YAMLError:
-        node[leaf] = value
+        parsed = value
+    if isinstance(node, list):
+        index = int(leaf) if leaf.isdigit() else None
+        _list_item(node, leaf, key, path)
+        node[index] = parsed
+    else:
+        node[leaf] = parsed
+
+
+def _list_item(items: list, part: str, key: str, path: Path):
+    if not part.isdigit() or int(part) >= len(items):
+        raise ConfigError(f"{path}: --set {key}: {part!r} is not an index of a list of {len(items)}")
+    return items[int(part)]
 
 
 def _describe(err: ValidationError, raw: dict) -> list[str]:

@@ -1,0 +1,69 @@
+"""Schema of the main job (``jobs.pipeline``): every stage's own config, chained through one output folder."""
+
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field, PositiveInt, model_validator
+
+from scaleforge.config.async_sgd import AsyncSGDConfig
+from scaleforge.config.loader import ConfigError, load_config
+from scaleforge.config.schema import TrainJobConfig, _Section
+
+STAGES = ("teacher", "async_sgd", "compress", "moe", "calibrate", "serve", "query")
+Stage = Literal["teacher", "async_sgd", "compress", "moe", "calibrate", "serve", "query"]
+
+
+class StageSpec(_Section):
+    """One stage: the config file of its own job, and ``--set``-style overrides of it."""
+
+    config: str
+    set: list[str] = Field(default_factory=list)
+
+
+class AsyncStageSpec(StageSpec):
+    modes: list[Literal["sync", "async", "ssp"]] = Field(default_factory=lambda: ["sync", "async"], min_length=1)
+    """One parameter-server run per mode, for the sync-against-async plot."""
+
+
+class QuerySpec(_Section):
+    """The held-out test set sent through the HTTP endpoint."""
+
+    batch_size: PositiveInt = 64
+    concurrency: PositiveInt = 4
+    max_inputs: Optional[PositiveInt] = None
+    """At most this many test inputs per served model (default: all)."""
+
+
+class PipelineFaultSpec(_Section):
+    fail_at_stage: Optional[Stage] = None
+    """Raise at the start of this stage (to show that earlier artifacts survive and ``--from`` resumes)."""
+
+
+class PipelineConfig(_Section):
+    """``python -m jobs.pipeline``: train, compress, calibrate, serve, query, report."""
+
+    output: str = "~/scaleforge/pipeline"
+    """Every stage's artifacts, records and the report go under this folder."""
+    teacher: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/train_teacher.yaml"))
+    async_sgd: AsyncStageSpec = Field(default_factory=lambda: AsyncStageSpec(config="configs/async_sgd.yaml"))
+    compress: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/compress.yaml"))
+    moe: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/train_moe.yaml"))
+    calibrate: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/calibrate.yaml"))
+    serve: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/serve.yaml"))
+    query: QuerySpec = Field(default_factory=QuerySpec)
+    fault: PipelineFaultSpec = Field(default_factory=PipelineFaultSpec)
+
+    @model_validator(mode="after")
+    def _stage_configs_load(self) -> "PipelineConfig":
+        """The training stages' configs validate now; the later ones need earlier artifacts and are
+        checked when their stage starts (their files must exist already)."""
+        for name, schema in (("teacher", TrainJobConfig), ("async_sgd", AsyncSGDConfig), ("moe", TrainJobConfig)):
+            spec = getattr(self, name)
+            try:
+                load_config(schema, spec.config, spec.set)
+            except ConfigError as err:
+                raise ValueError(f"stage {name}: {err}") from None
+        for name in ("compress", "calibrate", "serve"):
+            if not Path(getattr(self, name).config).is_file():
+                raise ValueError(f"{name}.config: {getattr(self, name).config!r} does not exist")
+        return self

@@ -1,0 +1,56 @@
+"""The main job end to end with a tiny config: every stage, real Serve, real HTTP; a failed stage
+keeps what came before and ``--from`` resumes there."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+TINY = [
+    "--set", "teacher.set=[data.num_samples=3000, optim.epochs=1]",
+    "--set", "async_sgd.set=[data.num_samples=3000, workers.epochs=1, run.eval_every_s=0.5]",
+    "--set", "compress.set=[data.num_samples=3000, recipe.0.optim.epochs=1, recipe.0.compare_hard_labels=false, "
+             "'sweeps=[]', measure.repeats=2]",
+    "--set", "moe.set=[data.num_samples=3000, optim.epochs=1]",
+    "--set", "calibrate.set=[data.num_samples=3000]",
+    "--set", "query.max_inputs=256",
+]
+
+
+def _pipeline(output, *extra):
+    return subprocess.run([sys.executable, "-m", "jobs.pipeline", "--config", "configs/pipeline.yaml",
+                           "--set", f"output={output}", *TINY, *extra], cwd=REPO, capture_output=True, text=True,
+                          timeout=900)
+
+
+@pytest.mark.slow
+def test_pipeline_runs_every_stage_and_resumes_after_a_failure(tmp_path):
+    failed = _pipeline(tmp_path, "--set", "fault.fail_at_stage=compress")
+    assert failed.returncode == 1
+    assert "error: stage compress failed: injected failure" in failed.stderr and "--from compress" in failed.stderr
+    records = tmp_path / "records"
+    assert sorted(p.name for p in records.iterdir()) == ["async_sgd.json", "teacher.json"]
+    teacher = json.loads((records / "teacher.json").read_text())["artifact"]
+    manifest_before = (tmp_path / "artifacts" / "teacher" / "manifest.json").read_text()
+
+    resumed = _pipeline(tmp_path, "--from", "compress")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "teacher: reused" in resumed.stdout and "async_sgd: reused" in resumed.stdout
+    assert "compress: running" in resumed.stdout and "moe: running" in resumed.stdout
+    assert (tmp_path / "artifacts" / "teacher" / "manifest.json").read_text() == manifest_before
+    assert json.loads((records / "teacher.json").read_text())["artifact"] == teacher
+
+    table = resumed.stdout[resumed.stdout.index("served model"):]
+    for name in ("teacher", "student", "cascade", "moe"):
+        assert f"\n{name} " in table
+    query = json.loads((records / "query.json").read_text())
+    assert set(query["models"]) == {"teacher", "student", "cascade", "moe"}
+    assert all(row["accuracy"] > 0.2 for row in query["models"].values())  # 10 classes: chance is 0.1
+    assert abs(sum(query["models"]["cascade"]["answered_per_stage"]) - 1) < 1e-6
+    report = tmp_path / "report"
+    for name in ("report.md", "training_curves.png", "sync_vs_async.png", "compression_accuracy_vs_size.png",
+                 "cascade_accuracy_vs_cost.png"):
+        assert (report / name).stat().st_size > 0, name
