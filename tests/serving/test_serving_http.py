@@ -205,7 +205,9 @@ def test_schemathesis_finds_no_server_errors(server):
          "--max-examples", "15", "--header", f"Authorization: Bearer {TOKEN}", "--generation-deterministic",
          "--phases", "examples,fuzzing"],
         capture_output=True, text=True, timeout=240)
+    print(run.stdout[-1200:])
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "Tested: 6" in run.stdout
 
 
 def test_moe_top_k_per_request_matches_the_whole_model(server, data):
