@@ -4,8 +4,6 @@ Every model is its own deployment (replicas, autoscaling and admission limits fr
 ingress holds the routers and a handle to each model.
 """
 
-from typing import Union
-
 from ray.serve import Application
 
 from scaleforge.artifacts.servable import servable_shapes
@@ -14,18 +12,19 @@ from serving.ingress import ModelInfo, V2Ingress
 from serving.models import ModelServer
 
 
-def build_app(args: Union[ServeArgs, dict]) -> Application:
+def build_app(args: ServeArgs) -> Application:
     """Bind the ingress and one :class:`ModelServer` per model entry.
 
     Args:
-        args: The app's ``args`` from the Serve config (validated here when given as a dict).
+        args: The app's ``args`` from the Serve config (Ray validates them into ``ServeArgs``
+            from the annotation; a plain dict is validated here).
 
     Raises:
         pydantic.ValidationError: malformed args.
         scaleforge.artifacts.ArtifactError: a model's artifact is missing or malformed.
         ValueError: models that one cascade or MoE router combines disagree on shapes.
     """
-    args = ServeArgs.model_validate(args) if isinstance(args, dict) else args
+    args = ServeArgs.model_validate(args)
     infos = model_infos(args)
     handles = {m.name: ModelServer.options(name=f"model-{m.name}", **m.options()).bind(m) for m in args.models}
     return V2Ingress.options(name="ingress", **args.ingress.options()).bind(args, handles, infos)

@@ -97,6 +97,30 @@ app = FastAPI(title="scaleforge inference", version=scaleforge.__version__,
               description="Open Inference Protocol (KServe V2) over HTTP: plain models, cascades and MoE routers.")
 
 
+# The infer route reads the raw body (to enforce the size limit before parsing), so its request
+# schema is declared by hand; the tensor models it refers to go into the OpenAPI components.
+_INFER_SCHEMA = InferRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+_INFER_DEFS = _INFER_SCHEMA.pop("$defs")
+
+
+def _openapi_with_tensor_schemas() -> dict:
+    if app.openapi_schema is None:
+        FastAPI.openapi(app).setdefault("components", {}).setdefault("schemas", {}).update(_INFER_DEFS)
+    return app.openapi_schema
+
+
+app.openapi = _openapi_with_tensor_schemas
+
+
+def _document_served_names(names: list[str]) -> None:
+    """List this app's model names in the OpenAPI ``{name}`` parameter (clients and fuzzers see what exists)."""
+    for operations in app.openapi()["paths"].values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "path" and parameter["name"] == "name":
+                    parameter["schema"]["enum"] = names
+
+
 @app.exception_handler(ProtocolError)
 async def _protocol_error(request: Request, err: ProtocolError) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
@@ -120,6 +144,7 @@ class V2Ingress:
         for router in args.moe:
             self.servables[router.name] = MoERouter(router, handles[router.gate], [handles[e] for e in router.experts],
                                                     infos[router.experts[0]].num_classes, metrics)
+        _document_served_names(sorted(infos))
 
     @app.get("/v2")
     def server_metadata(self) -> dict:
@@ -148,8 +173,7 @@ class V2Ingress:
         return JSONResponse({"name": name, "ready": ready}, status_code=200 if ready else 503)
 
     @app.post("/v2/models/{name}/infer",
-              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                  "schema": InferRequest.model_json_schema(ref_template="#/components/schemas/{model}")}}}})
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": _INFER_SCHEMA}}}})
     async def infer(self, name: str, request: Request) -> JSONResponse:
         self._authorize(request)
         info = self._info(name)

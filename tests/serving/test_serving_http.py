@@ -198,14 +198,16 @@ def test_transport_and_auth_errors(server, data):
     assert client.post("/v2/models/teacher/infer", json=v2_body(x)).status_code == 200
 
 
-def test_schemathesis_finds_no_server_errors(server):
+def test_schemathesis_finds_no_server_errors(server, tmp_path):
     url = f"http://127.0.0.1:{server['port']}/openapi.json"
     run = subprocess.run(
         [str(Path(sys.executable).with_name("st")), "run", url, "--checks", "not_a_server_error",
          "--max-examples", "15", "--header", f"Authorization: Bearer {TOKEN}", "--generation-deterministic",
          "--phases", "examples,fuzzing"],
-        capture_output=True, text=True, timeout=240)
+        capture_output=True, text=True, timeout=240, cwd=tmp_path)  # its cache folder stays out of the repo
+    print(run.stdout[-1200:])
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "Tested: 6" in run.stdout
 
 
 def test_moe_top_k_per_request_matches_the_whole_model(server, data):

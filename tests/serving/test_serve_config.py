@@ -1,0 +1,59 @@
+"""configs/serve.yaml is a valid Ray Serve config file and its typed args catch mistakes early."""
+
+import pytest
+import yaml
+from pydantic import ValidationError
+from ray.serve.schema import ServeDeploySchema
+
+from conftest import REPO
+from scaleforge.config.serve import ServeArgs
+
+SERVE_YAML = REPO / "configs" / "serve.yaml"
+
+
+def test_serve_yaml_is_rays_own_format():
+    raw = yaml.safe_load(SERVE_YAML.read_text())
+    schema = ServeDeploySchema.parse_obj(raw)
+    assert schema.http_options.host == "127.0.0.1"
+    assert [app.import_path for app in schema.applications] == ["serving.app:build_app"]
+
+
+def _args(**changes):
+    args = yaml.safe_load(SERVE_YAML.read_text())["applications"][0]["args"]
+    return {**args, **changes}
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"cascades": [{"name": "c", "stages": [{"model": "student"}, {"model": "teacher"}]}]},
+     "stage 0 (student) needs a threshold"),
+    ({"cascades": [{"name": "c", "stages": [{"model": "student", "threshold": 0.5}, {"model": "ghost"}]}]},
+     "cascade 'c' names models that are not served: ghost"),
+    ({"moe": [{"name": "m", "gate": "moe-gate", "experts": ["moe-expert-0"], "top_k": 2}]},
+     "top_k (2) exceeds the number of experts (1)"),
+    ({"cascades": [{"name": "teacher", "stages": [{"model": "student", "threshold": 0.5}, {"model": "teacher"}]}]},
+     "names must be unique across models, cascades and moe: teacher"),
+    ({"auth": {"token_env": "A", "token_file": "b"}}, "give token_env or token_file, not both"),
+])
+def test_args_errors_name_the_problem(changes, message):
+    with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ServeArgs.model_validate(_args(**changes))
+
+
+def test_serve_job_refuses_missing_artifacts_before_ray_starts(tmp_path, capsys):
+    import ray
+
+    import jobs.serve
+
+    raw = yaml.safe_load(SERVE_YAML.read_text())
+    for model in raw["applications"][0]["args"]["models"]:
+        model["artifact"] = str(tmp_path / "missing" / model["name"])
+    config = tmp_path / "serve.yaml"
+    config.write_text("# python -m jobs.serve --config serve.yaml\n" + yaml.safe_dump(raw))
+    started_before = ray.is_initialized()
+    with pytest.raises(SystemExit) as exit_info:
+        jobs.serve.main(["--config", str(config)])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "error: application 'scaleforge':" in error and "not a model artifact (no manifest.json)" in error
+    assert ray.is_initialized() == started_before
+    assert jobs.serve.main(["--config", str(config), "--set", "http_options.port=70000"]) == 2
