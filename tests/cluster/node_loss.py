@@ -16,7 +16,6 @@ from pathlib import Path
 
 import ray
 from ray.cluster_utils import Cluster
-from ray.util.state import list_actors
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "platform"), str(REPO)]
@@ -28,11 +27,13 @@ def _node_of(class_name: str, cluster: Cluster, deadline_s: float = 120):
     """The cluster node (a ``ray._private.node.Node``) running an alive actor of ``class_name``."""
     deadline = time.time() + deadline_s
     while time.time() < deadline:
-        alive = list_actors(filters=[("class_name", "=", class_name), ("state", "=", "ALIVE")])
+        # Straight from the GCS: the state API needs the dashboard, which may still be starting.
+        alive = ray._private.state.actors(actor_state_name="ALIVE").values()
         by_id = {node.node_id: node for node in cluster.list_all_nodes()}
         for actor in alive:
-            if actor.node_id in by_id and by_id[actor.node_id] is not cluster.head_node:
-                return by_id[actor.node_id]
+            node_id = actor["Address"]["NodeID"]
+            if actor["ActorClassName"] == class_name and by_id.get(node_id, cluster.head_node) is not cluster.head_node:
+                return by_id[node_id]
         time.sleep(0.5)
     raise TimeoutError(f"no alive {class_name} on a worker node within {deadline_s:.0f} s")
 
