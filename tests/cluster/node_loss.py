@@ -134,14 +134,16 @@ def serve_app(cluster: Cluster, output: Path) -> dict:
     node = _node_of("ServeReplica:drill:model-m", cluster)
     removed_at = time.time()
     cluster.remove_node(node, allow_graceful=False)
-    time.sleep(10)
+    time.sleep(20)
     stop.set()
     for thread in clients:
         thread.join()
-    after = [code for at, code in statuses if at > removed_at + 5]  # once the loss is detected
-    failed = [code for _, code in statuses if code != 200]
+    settled = removed_at + 10  # the loss detected (health checks) and routing updated
+    after = [code for at, code in statuses if at > settled]
+    failed = [(at, code) for at, code in statuses if code != 200]
     serve.shutdown()
-    return {"requests": len(statuses), "failed": len(failed), "failed_codes": sorted(set(failed)),
+    return {"requests": len(statuses), "failed": len(failed), "failed_codes": sorted({c for _, c in failed}),
+            "failed_before_loss": sum(at < removed_at for at, _ in failed),
             "answered_after_loss": sum(code == 200 for code in after), "after_loss": len(after),
             "removed": node.node_id}
 

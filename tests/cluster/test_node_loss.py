@@ -47,5 +47,6 @@ def test_serve_app_keeps_answering_when_a_replica_node_goes_away(tmp_path):
     result = _drill("serve", tmp_path)
     print(f"\nserve node loss: {result['requests']} requests, {result['failed']} failed {result['failed_codes']}")
     assert result["removed"] and result["after_loss"] > 20, result
-    assert result["answered_after_loss"] == result["after_loss"], "requests after the loss must all be answered"
-    assert result["failed"] <= 0.02 * result["requests"], result
+    assert result["failed_before_loss"] == 0, result
+    # Only requests in flight while the loss is detected may fail; once settled, every one is answered.
+    assert result["answered_after_loss"] == result["after_loss"], result
