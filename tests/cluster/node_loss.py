@@ -38,15 +38,13 @@ def _node_of(class_name: str, cluster: Cluster, deadline_s: float = 120):
     raise TimeoutError(f"no alive {class_name} on a worker node within {deadline_s:.0f} s")
 
 
-def _remove_later(cluster: Cluster, pick_node, removed: dict, replace_with: dict | None = None) -> threading.Thread:
-    """In the background: wait for ``pick_node()``, remove that node, optionally add a fresh one."""
+def _remove_later(cluster: Cluster, pick_node, removed: dict) -> threading.Thread:
+    """In the background: wait for ``pick_node()``, then remove that node."""
 
     def run():
         node = pick_node()
         removed["node_id"], removed["at"] = node.node_id, time.time()
         cluster.remove_node(node, allow_graceful=False)
-        if replace_with is not None:  # as an autoscaler would: a new node of the same type
-            cluster.add_node(**replace_with)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -75,7 +73,7 @@ def async_sgd(cluster: Cluster, output: Path) -> dict:
 
 
 def train(cluster: Cluster, output: Path) -> dict:
-    """Remove a training worker's node after the second checkpoint; a fresh node replaces it."""
+    """Remove a training worker's node after the second checkpoint; the surviving nodes have room."""
     from scaleforge.distributed.dp import run_training
 
     cfg = load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", [
@@ -89,7 +87,7 @@ def train(cluster: Cluster, output: Path) -> dict:
             time.sleep(0.5)
         return _node_of("RayTrainWorker", cluster)
 
-    _remove_later(cluster, worker_node_after_two_checkpoints, removed, replace_with={"num_cpus": 2})
+    _remove_later(cluster, worker_node_after_two_checkpoints, removed)
     result = run_training(cfg)
     return {"test_accuracy": result.metrics["test_accuracy"], "resumed_from_epoch": result.metrics["resumed_from_epoch"],
             "epochs": [h["epoch"] for h in result.history], "removed": removed.get("node_id")}
