@@ -11,7 +11,7 @@ from jobs.hwbench import run_hwbench
 from scaleforge.config import HWBenchConfig, load_config
 
 
-def _plain_matmul_tflops(size=1024, repeats=10):
+def _plain_matmul_tflops(size=1024, repeats=20):
     """torch.matmul in a loop, on as many threads as hwbench uses (other tests may have lowered them)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(os.cpu_count() or 1)
@@ -29,14 +29,14 @@ def _plain_matmul_tflops(size=1024, repeats=10):
 
 
 def test_hwbench_measures_every_node_and_agrees_with_a_plain_matmul_loop(ray_cluster, tmp_path):
-    cfg = load_config(HWBenchConfig, REPO / "configs/hwbench.yaml", [f"output={tmp_path / 'hw.json'}", "repeats=10"])
+    cfg = load_config(HWBenchConfig, REPO / "configs/hwbench.yaml", [f"output={tmp_path / 'hw.json'}", "repeats=20"])
     result = run_hwbench(cfg)
     nodes = [n for n in ray_cluster.nodes() if n["Alive"]]
     cpus = [r for r in result.reports if r.device == "cpu"]
     assert len(cpus) == len(nodes)
     cpu = cpus[0]
     assert cpu.matmul_tflops["fp32"] > 0 and cpu.memory_gbps > 0
-    plain = _plain_matmul_tflops()
+    plain = _plain_matmul_tflops()  # best of 20 on both sides: robust to other work on a shared machine
     assert 0.5 <= cpu.matmul_tflops["fp32"] / plain <= 2.0, (cpu.matmul_tflops, plain)
     written = json.loads((tmp_path / "hw.json").read_text())
     assert written[0]["matmul_tflops"]["fp32"] == cpu.matmul_tflops["fp32"]
