@@ -77,7 +77,7 @@ class ShardWorker:
         def push():
             # A fresh array per shard slice, as the baseline makes one per layer.
             fresh = [self.grad[a:b].copy() for a, b in self.ranges]
-            ray.get([shard.push.remote(index, part, 0, 0) for shard, part in zip(shards, fresh)])
+            ray.get([shard.push.remote(index, part, 0, 0, 0) for shard, part in zip(shards, fresh)])
 
         return timed_pushes(push, seconds)
 

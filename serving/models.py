@@ -40,6 +40,9 @@ class ModelServer:
     def __init__(self, entry: ModelEntry):
         torch.set_num_threads(entry.threads)
         self.model = load_servable(entry.artifact)
+        # A replica given a GPU share runs there (Ray sets CUDA_VISIBLE_DEVICES); otherwise on CPU.
+        self.device = torch.device("cuda" if entry.num_gpus and torch.cuda.is_available() else "cpu")
+        self.model.module.to(self.device)
         self.predict.set_max_batch_size(entry.max_batch_size)
         self.predict.set_batch_wait_timeout_s(entry.batch_wait_timeout_s)
 
@@ -48,7 +51,7 @@ class ModelServer:
         """[rows, input_dim] float32 per request -> [rows, num_classes] float32 logits per request."""
         sizes = np.cumsum([len(x) for x in batches])[:-1]
         with torch.inference_mode():
-            logits = self.model.module(torch.from_numpy(np.concatenate(batches))).numpy()
+            logits = self.model.module(torch.from_numpy(np.concatenate(batches)).to(self.device)).cpu().numpy()
         return np.split(logits, sizes)
 
     def ready(self) -> bool:

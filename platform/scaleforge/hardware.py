@@ -2,13 +2,16 @@
 
 The chapter's CPU-against-GPU comparison with measured numbers: each figure is the best of a
 few timed repeats after a warm-up, set against the device's nominal peak where it is known.
-Pure torch; ``jobs.hwbench`` runs it once on every node of a cluster.
+:func:`measure_devices` is pure torch; :func:`measure_cluster` runs it once on every node of a
+Ray cluster (``jobs.hwbench``), and placement reads the result.
 """
 
+import json
 import os
 import platform
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
 
 import torch
@@ -33,6 +36,10 @@ class DeviceReport:
     matmul_tflops: dict[str, Optional[float]] = field(default_factory=dict)
     memory_gbps: float = 0.0
     nominal: dict[str, float] = field(default_factory=dict)
+    node_id: str = ""
+    """Ray's id of the node (set when measured as a Ray task): what placement selects on."""
+    node_gpus: float = 0.0
+    """GPUs Ray lists for the node, measured or not."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -98,6 +105,39 @@ def measure_devices(*, cpu_size: int = 1024, gpu_size: int = 8192, repeats: int 
             gpu.memory_gbps = memory_gbps("cuda", 1024, repeats)
             reports.append(gpu)
     return reports
+
+
+def measure_cluster(*, cpu_size: int = 1024, gpu_size: int = 8192, repeats: int = 5) -> list[DeviceReport]:
+    """:func:`measure_devices` on every alive node of the connected Ray cluster: one task pinned to
+    each node, holding all of that node's GPUs while it measures."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote
+    def measure(node_gpus: float) -> list[dict]:
+        node_id = ray.get_runtime_context().get_node_id()
+        return [dict(r.to_dict(), node_id=node_id, node_gpus=node_gpus)
+                for r in measure_devices(cpu_size=cpu_size, gpu_size=gpu_size, repeats=repeats)]
+
+    tasks = []
+    for node in (n for n in ray.nodes() if n["Alive"]):
+        cpus, gpus = node["Resources"].get("CPU", 0), node["Resources"].get("GPU", 0)
+        tasks.append(measure.options(num_cpus=min(1, cpus), num_gpus=gpus,
+                                     scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))
+                     .remote(gpus))
+    return [DeviceReport(**r) for node in ray.get(tasks) for r in node]
+
+
+def write_reports(reports: list[DeviceReport], output: str) -> Path:
+    """The figures as JSON (what placement reads back with :func:`read_reports`)."""
+    path = Path(output).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([r.to_dict() for r in reports], indent=2) + "\n")
+    return path
+
+
+def read_reports(path: str) -> list[DeviceReport]:
+    return [DeviceReport(**r) for r in json.loads(Path(path).expanduser().read_text())]
 
 
 def format_reports(reports: list[DeviceReport]) -> str:

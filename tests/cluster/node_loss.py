@@ -73,7 +73,7 @@ def async_sgd(cluster: Cluster, output: Path) -> dict:
 
 
 def train(cluster: Cluster, output: Path) -> dict:
-    """Remove a training worker's node after the second checkpoint; the surviving nodes have room."""
+    """Remove a training worker's node after the first checkpoint; the surviving nodes have room."""
     from scaleforge.distributed.dp import run_training
 
     cfg = load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", [
@@ -82,12 +82,12 @@ def train(cluster: Cluster, output: Path) -> dict:
     ])
     removed: dict = {}
 
-    def worker_node_after_two_checkpoints():
-        while len(list((output / "runs" / "node-loss").glob("checkpoint_*"))) < 2:
+    def worker_node_after_a_checkpoint():
+        while not list((output / "runs" / "node-loss").glob("checkpoint_*")):
             time.sleep(0.5)
         return _node_of("RayTrainWorker", cluster)
 
-    _remove_later(cluster, worker_node_after_two_checkpoints, removed)
+    _remove_later(cluster, worker_node_after_a_checkpoint, removed)
     result = run_training(cfg)
     return {"test_accuracy": result.metrics["test_accuracy"], "resumed_from_epoch": result.metrics["resumed_from_epoch"],
             "epochs": [h["epoch"] for h in result.history], "removed": removed.get("node_id")}

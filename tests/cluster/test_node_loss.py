@@ -4,24 +4,17 @@ the async SGD run, a Ray Train job and a Serve app each survive and report what 
 The drills live in node_loss.py and run as their own driver process; each prints what it lost.
 """
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from drills import run_drill
 
 DRILLS = Path(__file__).with_name("node_loss.py")
 
 
 def _drill(name, output):
-    out = subprocess.run([sys.executable, str(DRILLS), name, str(output)], cwd=REPO, capture_output=True, text=True,
-                         timeout=900)
-    results = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    assert out.returncode == 0 and results, out.stdout[-3000:] + out.stderr[-3000:]
-    return json.loads(results[-1].removeprefix("RESULT "))
+    return run_drill(DRILLS, name, output)
 
 
 @pytest.mark.slow

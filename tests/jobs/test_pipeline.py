@@ -14,7 +14,7 @@ TINY = [
     "--set", "async_sgd.set=[data.num_samples=3000, workers.epochs=1, run.eval_every_s=0.5]",
     "--set", "compress.set=[data.num_samples=3000, recipe.0.optim.epochs=1, recipe.0.compare_hard_labels=false, "
              "'sweeps=[]', measure.repeats=2]",
-    "--set", "moe.set=[data.num_samples=3000, optim.epochs=1]",
+    "--set", "moe.set=[data.num_samples=3000, optim.epochs=1, model.num_experts=4]",  # 4 expert deployments
     "--set", "calibrate.set=[data.num_samples=3000]",
     "--set", "query.max_inputs=256",
 ]
@@ -50,6 +50,10 @@ def test_pipeline_runs_every_stage_and_resumes_after_a_failure(tmp_path):
     assert set(query["models"]) == {"teacher", "student", "cascade", "moe"}
     assert all(row["accuracy"] > 0.2 for row in query["models"].values())  # 10 classes: chance is 0.1
     assert abs(sum(query["models"]["cascade"]["answered_per_stage"]) - 1) < 1e-6
+    # Placement measured this one-node, CPU-only cluster and kept Ray's default placement.
+    placement = query["placement"]
+    assert (placement["cpu_nodes"], placement["gpu_nodes"]) == (1, 0) and set(placement["models"].values()) == {"any"}
+    assert "one kind of node, Ray's default placement" in table
     report = tmp_path / "report"
     for name in ("report.md", "training_curves.png", "sync_vs_async.png", "compression_accuracy_vs_size.png",
                  "cascade_accuracy_vs_cost.png"):

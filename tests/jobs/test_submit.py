@@ -1,4 +1,5 @@
-"""`ray job submit` against a real head with token authentication, as a user submits work."""
+"""`ray job submit` against a real head with token authentication, as a user submits work: a
+data-parallel and a tensor-parallel training job, the stdlib `platform` module inside a job, the token."""
 
 import json
 import re
@@ -7,11 +8,13 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import REPO
 from scaleforge.artifacts import load_artifact
 from scaleforge.cluster import LocalHead
 from scaleforge.cluster.local import RAY
+from scaleforge.data import DataSpec, load_arrays
 
 RUNTIME_ENV = json.dumps({"py_modules": ["platform/scaleforge"]})
 
@@ -37,17 +40,20 @@ def _submit(address, env, submission_id, *entrypoint):
     return out, re.sub(r"\x1b\[[0-9;]*m", "", status.stdout), logs
 
 
-@pytest.mark.slow
-def test_submitted_training_job_succeeds_and_writes_the_artifact(head, tmp_path):
+def _submit_training(head, tmp_path, config: str, *sets: str) -> str:
+    """Submit ``jobs.train --config config`` (artifact into ``tmp_path/artifact``); its logs once it succeeded."""
     address, env = head
     submission_id = f"sf-train-{secrets.token_hex(3)}"
-    out, status, logs = _submit(
-        address, env, submission_id,
-        sys.executable, "-m", "jobs.train", "--config", "configs/train_dp.yaml",
-        "--set", "data.num_samples=4000", "--set", "optim.epochs=3",
-        "--set", f"run.storage_path={tmp_path / 'runs'}", "--set", f"artifact.dir={tmp_path / 'artifact'}",
-    )
+    overrides = [*sets, f"run.storage_path={tmp_path / 'runs'}", f"artifact.dir={tmp_path / 'artifact'}"]
+    out, status, logs = _submit(address, env, submission_id, sys.executable, "-m", "jobs.train", "--config", config,
+                                *(arg for item in overrides for arg in ("--set", item)))
     assert f"Job '{submission_id}' succeeded" in status, out.stdout + out.stderr + logs
+    return logs
+
+
+@pytest.mark.slow
+def test_submitted_training_job_succeeds_and_writes_the_artifact(head, tmp_path):
+    logs = _submit_training(head, tmp_path, "configs/train_dp.yaml", "data.num_samples=4000", "optim.epochs=3")
     assert "[train] epoch 3/3" in logs
     artifact = load_artifact(tmp_path / "artifact")
     assert artifact.manifest["dataset"]["num_train"] == 3200
@@ -73,3 +79,21 @@ def test_token_authentication_is_enforced(head):
     assert "auth" in (wrong.stdout + wrong.stderr).lower()
     right = _ray(["job", "list", "--address", address], env, timeout=120)
     assert right.returncode == 0, right.stderr
+
+
+@pytest.mark.slow
+def test_submitted_tensor_parallel_job_reaches_092(head, tmp_path):
+    """A tensor-parallel transformer reaches 0.92; its exported artifact loads and predicts in one process."""
+    logs = _submit_training(head, tmp_path, "configs/train_tp.yaml")
+    assert "[memory] rank 1:" in logs and "(0.5" in logs.split("[memory] rank 1:")[1].splitlines()[0]
+    artifact = load_artifact(tmp_path / "artifact")
+    assert artifact.manifest["training"]["parallel"]["tp"] == 2
+    arrays = load_arrays(DataSpec(source="mnist1d", num_samples=20000, seed=42))  # configs/train_tp.yaml's data
+    assert arrays.fingerprint == artifact.manifest["dataset"]["fingerprint"]
+    with torch.no_grad():
+        predictions = artifact.model(torch.as_tensor(arrays.x_test, dtype=torch.float32)).argmax(1)
+    accuracy = (predictions == torch.as_tensor(arrays.y_test)).float().mean().item()
+    print(f"tensor-parallel transformer: test accuracy {accuracy:.4f} (job reported "
+          f"{artifact.manifest['metrics']['test_accuracy']:.4f})")
+    assert accuracy >= 0.92
+    assert accuracy == pytest.approx(artifact.manifest["metrics"]["test_accuracy"], abs=2e-3)

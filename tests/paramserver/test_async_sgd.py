@@ -60,12 +60,40 @@ def test_ssp_bounds_staleness_with_a_straggler(ray_cluster, tmp_path):
     assert max(free.staleness["clock"]) > 1, "without the bound the fast workers should run ahead"
 
 
+def _restored(result) -> dict:
+    (restored,) = [e for e in result.events if e["event"] == "shard_restored"]
+    return restored
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["sync", "async", "ssp"])
-def test_each_mode_converges(ray_cluster, tmp_path, mode):
-    result = run_async_sgd(_config(tmp_path, f"server.mode={mode}"))
+@pytest.mark.parametrize("mode,fault", [
+    ("sync", []),
+    ("async", ["fault.kill_worker_at_step=100"]),
+    ("ssp", ["server.checkpoint_every=50", "fault.kill_shard_at_update=130"]),
+])
+def test_each_mode_converges_through_a_fault(ray_cluster, tmp_path, mode, fault):
+    """The default config reaches 0.92 in every mode; async loses a worker on the way, ssp a shard."""
+    result = run_async_sgd(_config(tmp_path, f"server.mode={mode}", *fault))
     assert result.test_accuracy >= 0.92, result.summary()
     assert result.summary_path.is_file() and result.plot_path.stat().st_size > 0
+    if mode == "async":  # SIGKILLed at step 100, replaced, resumed at its clock
+        replaced = [e for e in result.events if e["event"] == "worker_replaced"]
+        assert len(replaced) == 1 and replaced[0]["worker"] == 0 and replaced[0]["at_step"] == 100
+    if mode == "ssp":  # SIGKILLed at version 130, restarted by Ray, restored from the version-100 checkpoint
+        restored = _restored(result)
+        assert restored["shard"] == 0 and restored["restored_version"] == 100
+        assert 0 < restored["lost_updates"] <= 50, restored
+
+
+@pytest.mark.slow
+def test_a_killed_sync_shard_restores_and_joins_the_workers_round(ray_cluster, tmp_path):
+    """Sync: the workers are rounds ahead of the restored checkpoint; the shard takes up their round."""
+    result = run_async_sgd(_config(tmp_path, "server.mode=sync", "data.num_samples=8000", "workers.epochs=4",
+                                   "server.checkpoint_every=50", "fault.kill_shard_at_update=130"))
+    restored = _restored(result)
+    assert restored["shard"] == 0 and restored["restored_version"] == 100
+    assert 0 < restored["lost_updates"] <= 50, restored
+    assert result.test_accuracy >= 0.7, result.summary()  # trained on to the end: no round waits forever
 
 
 @pytest.mark.parametrize("override,message", [
@@ -83,29 +111,11 @@ def test_bad_input_is_rejected_before_anything_starts(override, message):
 
 
 @pytest.mark.slow
-def test_a_killed_worker_is_replaced_and_the_run_reaches_the_bar(ray_cluster, tmp_path):
-    result = run_async_sgd(_config(tmp_path, "fault.kill_worker_at_step=100"))
-    replaced = [e for e in result.events if e["event"] == "worker_replaced"]
-    assert len(replaced) == 1 and replaced[0]["worker"] == 0 and replaced[0]["at_step"] == 100
-    assert result.test_accuracy >= 0.92, result.summary()
-
-
-@pytest.mark.slow
-def test_a_killed_shard_restores_from_its_checkpoint(ray_cluster, tmp_path):
-    every = 50
-    result = run_async_sgd(_config(tmp_path, f"server.checkpoint_every={every}", "fault.kill_shard_at_update=130"))
-    (restored,) = [e for e in result.events if e["event"] == "shard_restored"]
-    assert restored["shard"] == 0 and restored["restored_version"] == 100
-    assert 0 < restored["lost_updates"] <= every, restored
-    assert result.test_accuracy >= 0.92, result.summary()
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["async", "ssp", "sync"])
 def test_workers_join_and_leave_while_training(ray_cluster, tmp_path, mode):
     result = run_async_sgd(_config(
         tmp_path, "data.num_samples=4000", "workers.batch_size=32", "workers.epochs=4", "run.eval_every_s=0.2",
-        f"server.mode={mode}", "workers.scaling=[{at_s: 6, workers: 3}, {at_s: 9, workers: 1}]",
+        f"server.mode={mode}", "workers.scaling=[{at_s: 3, workers: 3}, {at_s: 6, workers: 1}]",
     ))
     kinds = [(e["event"], e["worker"]) for e in result.events]
     assert kinds == [("worker_added", 2), ("worker_removed", 2), ("worker_removed", 1)], result.events

@@ -113,9 +113,11 @@ class LocalHead:
     def stop(self) -> None:
         """End the head and every process still running from its temp dir; remove the temp dir."""
         if self.process is not None and self.process.poll() is None:
+            # `ray start --block` stops its processes on SIGTERM, politely and slowly (~30 s); what
+            # is left after a few seconds is killed below, by temp dir.
             self.process.terminate()
             try:
-                self.process.wait(timeout=60)
+                self.process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.process.kill()
         for process in psutil.process_iter(["cmdline"]):

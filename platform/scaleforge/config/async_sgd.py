@@ -95,12 +95,8 @@ class AsyncSGDConfig(_Section):
         if self.server.num_shards > count_parameters(model):
             raise ValueError(f"server.num_shards ({self.server.num_shards}) is larger than the number of "
                              f"parameters ({count_parameters(model)})")
-        if self.fault.kill_shard_at_update is not None:
-            if not self.server.checkpoint_every:
-                raise ValueError("fault.kill_shard_at_update needs server.checkpoint_every > 0 to restore from")
-            if self.server.mode == "sync":
-                raise ValueError("shard restarts are recovered in async and ssp modes; server.mode=sync would lose "
-                                 "the round's collected gradients")
+        if self.fault.kill_shard_at_update is not None and not self.server.checkpoint_every:
+            raise ValueError("fault.kill_shard_at_update needs server.checkpoint_every > 0 to restore from")
         if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
             raise ValueError("the parameter server shares parameters, not BatchNorm statistics: "
                              "use a model without BatchNorm (e.g. model.batch_norm=false for cnn1d)")

@@ -34,6 +34,24 @@ class QuerySpec(_Section):
     """At most this many test inputs per served model (default: all)."""
 
 
+class PlacementSpec(_Section):
+    """Hardware-aware placement of the served models (see ``scaleforge.placement``)."""
+
+    enabled: bool = True
+    hwbench: Optional[str] = None
+    """A ``jobs.hwbench`` result (JSON) to place by; default: measure the cluster when the serve stage starts."""
+    gpu_share: float = Field(default=0.25, gt=0.0, le=1.0)
+    """Share of a GPU each replica of a large model reserves on a GPU node."""
+    gpu_min_parameters: PositiveInt = 100_000
+    """Models with at least this many weights count as large (each cascade's last stage always does)."""
+
+    @model_validator(mode="after")
+    def _result_exists(self) -> "PlacementSpec":
+        if self.hwbench and not Path(self.hwbench).expanduser().is_file():
+            raise ValueError(f"placement.hwbench: {self.hwbench!r} does not exist (run python -m jobs.hwbench)")
+        return self
+
+
 class PipelineFaultSpec(_Section):
     fail_at_stage: Optional[Stage] = None
     """Raise at the start of this stage (to show that earlier artifacts survive and ``--from`` resumes)."""
@@ -51,6 +69,7 @@ class PipelineConfig(_Section):
     calibrate: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/calibrate.yaml"))
     serve: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/serve.yaml"))
     query: QuerySpec = Field(default_factory=QuerySpec)
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
     fault: PipelineFaultSpec = Field(default_factory=PipelineFaultSpec)
 
     @model_validator(mode="after")

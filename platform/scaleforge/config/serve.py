@@ -48,6 +48,10 @@ class DeploymentSpec(_Section):
     autoscaling: Optional[AutoscalingSpec] = None
     num_cpus: NonNegativeFloat = 1.0
     """Logical CPUs each replica reserves (Ray's default is 1)."""
+    num_gpus: NonNegativeFloat = 0.0
+    """GPUs (or a share of one) each replica reserves; the model then runs on CUDA where present."""
+    label_selector: Optional[dict[str, str]] = None
+    """Ray label selector: the nodes a replica may run on (hardware-aware placement writes it)."""
     max_ongoing_requests: PositiveInt = 8
     """Requests a replica works on at once; more wait in the caller's queue."""
     max_queued_requests: int = Field(default=64, ge=-1)
@@ -60,7 +64,9 @@ class DeploymentSpec(_Section):
         scaling = ({"autoscaling_config": self.autoscaling.model_dump()} if self.autoscaling
                    else {"num_replicas": self.replicas})
         spread = {"max_replicas_per_node": self.max_replicas_per_node} if self.max_replicas_per_node else {}
-        return {**scaling, **spread, "ray_actor_options": {"num_cpus": self.num_cpus},
+        actor = {"num_cpus": self.num_cpus, **({"num_gpus": self.num_gpus} if self.num_gpus else {}),
+                 **({"label_selector": self.label_selector} if self.label_selector else {})}
+        return {**scaling, **spread, "ray_actor_options": actor,
                 "max_ongoing_requests": self.max_ongoing_requests, "max_queued_requests": self.max_queued_requests}
 
 

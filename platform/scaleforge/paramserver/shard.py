@@ -42,12 +42,15 @@ class ParameterShard:
             self.optimizer = torch.optim.SGD([self.param], lr=lr, momentum=momentum)
         self.lr, self.staleness_aware_lr = lr, staleness_aware_lr
         # Steps received from each active worker; workers join and leave while a run trains.
-        self.version, self.clocks, self.pending = 0, {w: 0 for w in range(num_workers)}, []
+        self.version, self.clocks, self.pending = 0, {w: 0 for w in range(num_workers)}, {}
+        # Sync mode: the round whose gradients `pending` collects (== version until a restore).
         self.staleness: dict[str, list[int]] = {"clock": [], "updates": []}
         self.changed = asyncio.Condition()
         self.checkpoint_path = Path(checkpoint_dir) / f"shard{index}.safetensors" if checkpoint_dir else None
         self.checkpoint_every = checkpoint_every
         self.restored_version = self._restore()
+        # After a restore the workers are further on than the checkpoint; the first pull or push adopts their round.
+        self.round = None if self.incarnation and mode == "sync" else self.version
 
     async def pull(self, worker: int, clock: int):
         """This shard's slice for ``worker``'s step ``clock``; waits while the mode says so.
@@ -60,13 +63,17 @@ class ParameterShard:
             if worker in self.clocks:
                 self.clocks[worker] = max(self.clocks[worker], clock)
             if self.mode == "sync":  # round `clock` starts once every worker's round clock-1 is applied
-                await self.changed.wait_for(lambda: self.version >= clock)
+                if self.round is None:  # restored: the rounds since the checkpoint are lost
+                    self.round = clock
+                await self.changed.wait_for(lambda: self.round >= clock)
             elif self.mode == "ssp":  # a worker more than s steps ahead of the slowest waits
                 await self.changed.wait_for(lambda: clock - self._slowest() <= self.bound)
             return self.param.detach().numpy().copy(), self.version, self._slowest()
 
-    async def push(self, worker: int, grad: np.ndarray, read_version: int, read_clock: int) -> tuple[int, int]:
-        """Apply (or, in sync mode, collect) ``worker``'s gradient computed on ``read_version``.
+    async def push(self, worker: int, grad: np.ndarray, read_version: int, read_clock: int,
+                   clock: int) -> tuple[int, int]:
+        """Apply (or, in sync mode, collect) ``worker``'s gradient of its step ``clock``, computed on
+        ``read_version``.
 
         Returns:
             (version after this push, incarnation of this shard), so workers can count what a
@@ -75,11 +82,16 @@ class ParameterShard:
         async with self.changed:
             if worker not in self.clocks:  # a removed worker's last push, still in flight
                 return self.version, self.incarnation
-            self.staleness["clock"].append(self.clocks[worker] - read_clock)
-            self.staleness["updates"].append(self.version - read_version)
-            self.clocks[worker] += 1
             if self.mode == "sync":
-                self.pending.append(grad)
+                if self.round is None:
+                    self.round = clock
+                if clock < self.round:  # a round lost with a restarted shard: nothing to add it to
+                    return self.version, self.incarnation
+            self.staleness["clock"].append(clock - read_clock)
+            self.staleness["updates"].append(self.version - read_version)
+            self.clocks[worker] = clock + 1
+            if self.mode == "sync":
+                self.pending[worker] = grad
                 if len(self.pending) < len(self.clocks):
                     return self.version, self.incarnation
             self._commit(grad, self.version - read_version)
@@ -95,6 +107,7 @@ class ParameterShard:
         """Dynamic scaling: ``worker`` stops; a sync round no longer waits for it."""
         async with self.changed:
             self.clocks.pop(worker, None)
+            self.pending.pop(worker, None)
             if self.mode == "sync" and self.pending and len(self.pending) >= len(self.clocks):
                 self._commit(None, 0)
             self.changed.notify_all()
@@ -102,7 +115,8 @@ class ParameterShard:
     def _commit(self, grad, staleness: int) -> None:
         """Apply one update (sync: the mean of the round's gradients), checkpoint, wake waiters."""
         if self.mode == "sync":
-            grad, self.pending = np.mean(self.pending, axis=0), []
+            grad, self.pending = np.mean(list(self.pending.values()), axis=0), {}
+            self.round += 1
         self._apply(grad, staleness)
         self.version += 1
         if self.checkpoint_every and self.version % self.checkpoint_every == 0:

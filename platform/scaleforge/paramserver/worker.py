@@ -63,7 +63,7 @@ class AsyncWorker:
             grad, loss = gradient(self.model, self.layout, *next(self.batches))
             if self.delay_s:  # simulated straggler
                 time.sleep(self.delay_s)
-            acks = ray.get([shard.push.remote(self.index, grad[a:b], version, read_clock)
+            acks = ray.get([shard.push.remote(self.index, grad[a:b], version, read_clock, clock)
                             for shard, (a, b), (_, version, read_clock) in zip(self.shards, self.ranges, pulled)])
             for shard_index, (version, incarnation) in enumerate(acks):
                 seen = self.acked[shard_index]

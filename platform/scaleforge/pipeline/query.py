@@ -19,11 +19,11 @@ def serve_and_query(pipeline) -> dict[str, Any]:
 
     from serving.run import run_config
 
-    cfg = pipeline.serve_config()
+    cfg, placement = pipeline.serve_config()
     url = run_config(cfg, block=False)
     try:
         x, y = _test_set(pipeline)
-        return {"url": url, "inputs": len(y),
+        return {"url": url, "inputs": len(y), "placement": placement,
                 "models": {name: query_model(url, name, x, y, pipeline.cfg.query) for name in SERVED}}
     finally:
         serve.shutdown()
@@ -37,7 +37,7 @@ def test_set(calibrate_record: dict) -> tuple[np.ndarray, np.ndarray]:
 
 def _test_set(pipeline) -> tuple[np.ndarray, np.ndarray]:
     x, y = test_set(pipeline.records["calibrate"])
-    limit = pipeline.cfg.query.max_inputs or len(arrays.y_test)
+    limit = pipeline.cfg.query.max_inputs or len(y)
     return x[:limit], y[:limit]
 
 

@@ -39,8 +39,20 @@ def final_table(records: dict[str, Any]) -> str:
     runs = records["async_sgd"]["runs"]
     lines.append("parameter server: " + ", ".join(f"{mode} {run['test_accuracy']:.4f} in {run['wall_s']:.0f} s"
                                                   for mode, run in runs.items()))
+    lines.append(placement_line(query.get("placement", {"enabled": False})))
     lines.append(f"pipeline wall-clock: {query['pipeline_wall_s']:.0f} s")
     return "\n".join(lines)
+
+
+def placement_line(placement: dict[str, Any]) -> str:
+    """Where the served models were placed, and why."""
+    if not placement["enabled"]:
+        return "placement: off (Ray's default)"
+    nodes = f"{placement['cpu_nodes']} CPU-only and {placement['gpu_nodes']} GPU node(s) measured"
+    if placement["cpu_nodes"] and placement["gpu_nodes"]:
+        placed = ", ".join(f"{name} on {kind}" for name, kind in placement["models"].items() if kind != "any")
+        return f"placement: {nodes}; {placed}"
+    return f"placement: {nodes}; one kind of node, Ray's default placement"
 
 
 def write_report(records: dict[str, Any], folder: Path) -> Path:

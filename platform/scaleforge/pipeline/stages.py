@@ -121,11 +121,32 @@ class Pipeline:
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def serve_config(self) -> ServeConfig:
-        """The calibrated Serve config, on a port free right now."""
+    def serve_config(self) -> tuple[ServeConfig, Record]:
+        """The calibrated Serve config on a port free right now, each model placed for this cluster's
+        hardware; and the placement made."""
         raw = yaml.safe_load(Path(self.records["calibrate"]["serve_config"]).read_text())
         raw.setdefault("http_options", {})["port"] = free_ports(1)[0]
-        return ServeConfig.model_validate(raw)
+        app = raw["applications"][0]
+        placement = self._place(app)
+        return ServeConfig.model_validate(raw), placement
+
+    def _place(self, app: dict) -> Record:
+        """Measure the cluster (or read ``placement.hwbench``) and place the app's models by it."""
+        from scaleforge.hardware import measure_cluster, read_reports
+        from scaleforge.placement import ClusterHardware, place_models
+
+        spec = self.cfg.placement
+        if not spec.enabled:
+            return {"enabled": False}
+        reports = (read_reports(spec.hwbench) if spec.hwbench
+                   else measure_cluster(cpu_size=256, gpu_size=2048, repeats=2))
+        hardware = ClusterHardware.from_reports(reports)
+        app["args"], where = place_models(app["args"], hardware, gpu_share=spec.gpu_share,
+                                          gpu_min_parameters=spec.gpu_min_parameters)
+        self.log(f"[pipeline] placement: {len(hardware.cpu_nodes)} CPU-only node(s), {len(hardware.gpu_nodes)} "
+                 f"GPU node(s); " + ", ".join(f"{name}->{kind}" for name, kind in where.items()))
+        return {"enabled": True, "cpu_nodes": len(hardware.cpu_nodes), "gpu_nodes": len(hardware.gpu_nodes),
+                "models": where, "devices": [r.to_dict() for r in reports]}
 
     def _write_serve_config(self) -> Path:
         """The serve stage's config: ``serve.config`` with its models pointed at this run's artifacts."""

@@ -1,0 +1,86 @@
+"""Hardware-aware placement of served models, decided from ``jobs.hwbench``'s measurements.
+
+On a cluster with both CPU-only and GPU nodes, a cascade's first stage (small, often int8: a
+CPU kernel) runs on the CPU nodes, where most inputs are answered cheaply, and the large models
+(the cascade's last stage, anything above a parameter count) run on the GPU nodes with a share
+of a GPU each. Placement uses Ray's label selectors on the built-in ``ray.io/node-id`` label, so
+the choice follows the nodes that ``jobs.hwbench`` measured. On a cluster of one kind (this
+machine) nothing changes: Ray's default placement is already right.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from scaleforge.artifacts.store import read_manifest
+from scaleforge.hardware import DeviceReport
+
+NODE_ID_LABEL = "ray.io/node-id"
+
+
+@dataclass(frozen=True)
+class ClusterHardware:
+    """Which measured nodes have GPUs (measured by hwbench, or declared to Ray) and which have none."""
+
+    cpu_nodes: tuple[str, ...]
+    gpu_nodes: tuple[str, ...]
+
+    @classmethod
+    def from_reports(cls, reports: Iterable[DeviceReport]) -> "ClusterHardware":
+        gpus: dict[str, float] = {}
+        for report in reports:
+            if not report.node_id:
+                raise ValueError(f"hwbench report for {report.node}/{report.device} has no node_id: "
+                                 "re-run jobs.hwbench on the cluster")
+            measured = 1.0 if report.device.startswith("cuda") else 0.0
+            gpus[report.node_id] = max(gpus.get(report.node_id, 0.0), report.node_gpus, measured)
+        return cls(tuple(sorted(n for n, g in gpus.items() if g == 0)),
+                   tuple(sorted(n for n, g in gpus.items() if g > 0)))
+
+    @property
+    def mixed(self) -> bool:
+        return bool(self.cpu_nodes and self.gpu_nodes)
+
+
+def node_selector(node_ids: Iterable[str]) -> dict[str, str]:
+    """A Ray label selector matching exactly these nodes (no spaces: Ray 2.60 reads ``in(a, b)``'s
+    second id with its space, as an invalid node id)."""
+    return {NODE_ID_LABEL: f"in({','.join(sorted(node_ids))})"}
+
+
+def place_models(args: dict[str, Any], hardware: ClusterHardware, *, gpu_share: float = 0.25,
+                 gpu_min_parameters: int = 100_000) -> tuple[dict[str, Any], dict[str, str]]:
+    """The Serve app ``args`` with each model's placement for ``hardware``.
+
+    Returns:
+        (new args, {model name: "cpu" | "gpu" | "any"}). A cascade's first stage goes to the CPU
+        nodes; each cascade's last stage, and every model with at least ``gpu_min_parameters``
+        weights, to the GPU nodes (``gpu_share`` of a GPU per replica). The rest, and every model on
+        a cluster of one kind, is left to Ray.
+    """
+    models = args["models"]
+    if not hardware.mixed:
+        return args, {m["name"]: "any" for m in models}
+    cheap = {c["stages"][0]["model"] for c in args.get("cascades", [])}
+    large = {c["stages"][-1]["model"] for c in args.get("cascades", [])}
+    large |= {m["name"] for m in models if _parameters(m["artifact"]) >= gpu_min_parameters}
+    if cheap & large:
+        raise ValueError(f"models {sorted(cheap & large)} are both a cascade's cheap first stage and large; "
+                         "raise gpu_min_parameters or serve another first stage")
+    placed, where = [], {}
+    for model in models:
+        name = model["name"]
+        if name in cheap:
+            model = {**model, "num_gpus": 0, "label_selector": node_selector(hardware.cpu_nodes)}
+            where[name] = "cpu"
+        elif name in large:
+            model = {**model, "num_gpus": gpu_share, "label_selector": node_selector(hardware.gpu_nodes)}
+            where[name] = "gpu"
+        else:
+            where[name] = "any"
+        placed.append(model)
+    return {**args, "models": placed}, where
+
+
+def _parameters(artifact: str) -> int:
+    return int(read_manifest(Path(artifact).expanduser()).get("parameters", 0))

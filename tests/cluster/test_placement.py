@@ -1,0 +1,63 @@
+"""Hardware-aware placement: hwbench's measurements decide which nodes serve which models."""
+
+from pathlib import Path
+
+import pytest
+
+from drills import run_drill
+from scaleforge.artifacts import save_artifact
+from scaleforge.hardware import DeviceReport
+from scaleforge.models import MLPSpec, build_model
+from scaleforge.placement import ClusterHardware, node_selector, place_models
+
+
+def _report(node_id, device="cpu", node_gpus=0.0):
+    return DeviceReport("host", device, "x", 1, node_id=node_id, node_gpus=node_gpus)
+
+
+def _artifact(folder: Path, hidden: list[int]) -> str:
+    spec = MLPSpec(hidden=hidden)
+    return str(save_artifact(folder, build_model(spec, 40, 10), spec, input_dim=40, num_classes=10))
+
+
+@pytest.fixture(scope="module")
+def app_args(tmp_path_factory):
+    root = tmp_path_factory.mktemp("placement")
+    models = {"student": [4], "teacher": [512, 256], "gate": [8], "helper": [16]}
+    return {"models": [{"name": n, "artifact": _artifact(root / n, h)} for n, h in models.items()],
+            "cascades": [{"name": "c", "stages": [{"model": "student", "threshold": 0.9}, {"model": "teacher"}]}]}
+
+
+def test_a_mixed_cluster_puts_the_cheap_stage_on_cpu_nodes_and_large_models_on_gpu_nodes(app_args):
+    # Node b has a GPU that hwbench measured, node c one that Ray lists; node a has none.
+    hardware = ClusterHardware.from_reports([_report("a"), _report("b"), _report("b", "cuda:0", 1.0),
+                                             _report("c", node_gpus=1.0)])
+    assert hardware == ClusterHardware(("a",), ("b", "c"))
+    placed, where = place_models(app_args, hardware, gpu_share=0.25, gpu_min_parameters=10_000)
+    assert where == {"student": "cpu", "teacher": "gpu", "gate": "any", "helper": "any"}
+    models = {m["name"]: m for m in placed["models"]}
+    assert models["student"]["label_selector"] == {"ray.io/node-id": "in(a)"} and models["student"]["num_gpus"] == 0
+    assert models["teacher"]["label_selector"] == node_selector(["c", "b"]) == {"ray.io/node-id": "in(b,c)"}
+    assert models["teacher"]["num_gpus"] == 0.25
+    assert "label_selector" not in models["gate"]
+    # A lower size bar makes more models large; the cheap first stage may never be one of them.
+    _, where = place_models(app_args, hardware, gpu_min_parameters=400)
+    assert where["gate"] == "gpu" and where["helper"] == "gpu"
+    with pytest.raises(ValueError, match=r"\['student'\] are both a cascade's cheap first stage and large"):
+        place_models(app_args, hardware, gpu_min_parameters=10)
+
+
+def test_a_cluster_of_one_kind_keeps_rays_default_placement(app_args):
+    placed, where = place_models(app_args, ClusterHardware.from_reports([_report("a"), _report("b")]))
+    assert placed is app_args and set(where.values()) == {"any"}
+    with pytest.raises(ValueError, match="has no node_id: re-run jobs.hwbench"):
+        ClusterHardware.from_reports([DeviceReport("host", "cpu", "x", 1)])
+
+
+@pytest.mark.slow
+def test_served_replicas_land_where_placement_puts_them(tmp_path):
+    result = run_drill(Path(__file__).with_name("placement_drill.py"), tmp_path)
+    assert (result["cpu_nodes"], result["gpu_nodes"]) == (2, 1), result  # the head has no GPU either
+    assert result["planned"] == {"student": "cpu", "teacher": "gpu"}, result
+    assert result["replicas"] == {"student": "cpu", "teacher": "gpu"}, result
+    assert result["status"] == 200 and result["stages_used"], result
