@@ -132,7 +132,7 @@ def serve_app(cluster: Cluster, output: Path) -> dict:
     node = _node_of("ServeReplica:drill:model-m", cluster)
     removed_at = time.time()
     cluster.remove_node(node, allow_graceful=False)
-    time.sleep(20)
+    time.sleep(15)
     stop.set()
     for thread in clients:
         thread.join()
