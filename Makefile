@@ -37,7 +37,7 @@ test-fast: install
 BENCHES ?= moe paramserver model_parallel serving
 bench: install
 	mkdir -p bench/results
-	for b in $(BENCHES); do $(BIN)/python bench/$$b.py 2>/dev/null | tee bench/results/$$b.txt; \
+	for b in $(BENCHES); do $(BIN)/python bench/$$b.py | tee bench/results/$$b.txt; \
 		test $${PIPESTATUS[0]} -eq 0 || exit 1; done
 	$(BIN)/python bench/readme_tables.py README.md bench/results
 

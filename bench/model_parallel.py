@@ -108,14 +108,27 @@ def _worker(rank, world, port, name, steps, out):
     dist.destroy_process_group()
 
 
-def measure(name: str, world: int, steps: int) -> dict:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory() as folder:
-        out = os.path.join(folder, "result.pt")
-        mp.spawn(_worker, args=(world, port, name, steps, out), nprocs=world, join=True)
-        return torch.load(out, weights_only=True)
+def measure(name: str, world: int, steps: int, timeout_s: float = 300, attempts: int = 2) -> dict:
+    """One layout's figures from ``world`` gloo processes; a group that does not finish in time
+    (seen once: a rank lost its rendezvous port to another process) is killed and retried."""
+    for attempt in range(1, attempts + 1):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with tempfile.TemporaryDirectory() as folder:
+            out = os.path.join(folder, "result.pt")
+            context = mp.spawn(_worker, args=(world, port, name, steps, out), nprocs=world, join=False)
+            deadline = time.perf_counter() + timeout_s
+            while not context.join(timeout=5):
+                if time.perf_counter() > deadline:
+                    for process in context.processes:
+                        process.kill()
+                    break
+            else:
+                return torch.load(out, weights_only=True)
+        print(f"  {name} on {world} workers: no result within {timeout_s:.0f} s (attempt {attempt})",
+              file=sys.stderr, flush=True)
+    raise TimeoutError(f"{name} on {world} workers did not finish in {attempts} attempts")
 
 
 def main(argv=None) -> int:

@@ -13,6 +13,7 @@ b. Time to 0.90 test accuracy on MNIST-1D for sync, async and ssp with one of 3 
    4x slower than the others, from the moment every worker is up; each run stops at the target.
 """
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -138,7 +139,8 @@ def time_to_accuracy(target: float = 0.90) -> dict[str, float]:
     times = {}
     for mode in ("sync", "async", "ssp"):
         cfg = load_config(AsyncSGDConfig, root / "configs/async_sgd.yaml", [*common, f"server.mode={mode}"])
-        result = run_async_sgd(cfg)
+        with contextlib.redirect_stdout(sys.stderr):  # the run's progress lines: on screen, not in the table
+            result = run_async_sgd(cfg)
         reached = [p["seconds"] for p in result.curve if p["test_accuracy"] >= target]
         times[mode] = reached[0] if reached else float("nan")
         print(f"   {mode:5s} reached {target:.2f} after {times[mode]:6.1f} s of training "

@@ -18,8 +18,14 @@ from pathlib import Path
 SECTION = "## Benchmarks (`make bench`)"
 
 
+# Ray's own log lines that reach a driver's stdout ("(raylet) ...", "(ServeReplica:... pid=1) ..."),
+# possibly colour-coded: messages about the run, not its results.
+RAY_LOG_LINE = re.compile(r"^(\x1b\[[0-9;]*m)?\((raylet|[^)\s]*\s?pid=\d+)[^)]*\)")
+
+
 def block(name: str, output: str, when: str) -> str:
-    return (f"<!-- bench:{name} -->\n`python bench/{name}.py`, {when}:\n\n```\n{output.strip()}\n```\n"
+    table = "\n".join(line for line in output.strip().splitlines() if not RAY_LOG_LINE.match(line))
+    return (f"<!-- bench:{name} -->\n`python bench/{name}.py`, {when}:\n\n```\n{table}\n```\n"
             f"<!-- /bench:{name} -->")
 
 

@@ -11,7 +11,8 @@ def test_a_block_is_replaced_in_place_and_a_new_one_lands_in_the_benchmarks_sect
     readme = f"# x\n\n{SECTION}\n\n<!-- bench:moe -->\nold\n<!-- /bench:moe -->\n\n## Layout\n"
     once = update(readme, "moe", "ratio 0.31", "2026-11-29")
     assert "old" not in once and "ratio 0.31" in once and once.count("<!-- bench:moe -->") == 1
-    twice = update(once, "serving", "p50 12 ms", "2026-11-29")
+    twice = update(once, "serving", "p50 12 ms\n\x1b[33m(raylet)\x1b[0m Task failed\n(ServeReplica:a:b pid=7) log", "2026-11-29")
+    assert "p50 12 ms" in twice and "raylet" not in twice and "pid=7" not in twice  # Ray's log lines are not results
     assert twice.index("<!-- bench:serving -->") < twice.index("## Layout") and "ratio 0.31" in twice
 
 
