@@ -21,7 +21,7 @@ CASES = {
     ("model={name: mlp}", "parallel.tp=1", "parallel.pp=2"): "parallel.pp (2) needs model.name=transformer, not mlp",
     ("scaling.num_workers=4", "parallel.pp=2"): "parallel: tp (2) and pp (2) do not combine",
     ("scaling.num_workers=4", "parallel.tp=1", "parallel.fsdp=2", "parallel.pp=2"): "parallel: fsdp (2) and pp (2) do not combine",
-    ("parallel.tp=1", "parallel.pp=2", "parallel.microbatches=3"): "parallel.microbatches (3) must divide optim.batch_size (128)",
+    ("parallel.tp=1", "parallel.pp=2", "parallel.microbatches=3"): "parallel.microbatches (3) must divide optim.batch_size (512)",
     ("parallel.tp=1", "parallel.pp=2", "parallel.microbatches=1"):
         "parallel.pp_schedule=1f1b needs parallel.microbatches (1) >= parallel.pp (2)",
     ("scaling.use_gpu=true", "optim.precision=bf16"): "parallel.tp trains in fp32 only; set optim.precision=fp32",
