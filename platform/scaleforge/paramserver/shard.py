@@ -43,13 +43,13 @@ class ParameterShard:
         self.lr, self.staleness_aware_lr = lr, staleness_aware_lr
         # Steps received from each active worker; workers join and leave while a run trains.
         self.version, self.clocks, self.pending = 0, {w: 0 for w in range(num_workers)}, {}
-        # Sync mode: the round whose gradients `pending` collects (== version until a restore).
         self.staleness: dict[str, list[int]] = {"clock": [], "updates": []}
         self.changed = asyncio.Condition()
         self.checkpoint_path = Path(checkpoint_dir) / f"shard{index}.safetensors" if checkpoint_dir else None
         self.checkpoint_every = checkpoint_every
         self.restored_version = self._restore()
-        # After a restore the workers are further on than the checkpoint; the first pull or push adopts their round.
+        # Sync mode: the round whose gradients `pending` collects (== version until a restore). After a
+        # restore the workers are further on than the checkpoint: the first pull or push adopts their round.
         self.round = None if self.incarnation and mode == "sync" else self.version
 
     async def pull(self, worker: int, clock: int):
