@@ -21,3 +21,24 @@ def ray_cluster():
     ray.init(address="local", num_cpus=4, include_dashboard=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _free_what_a_failed_test_reserved(request):
+    """After a test on the shared cluster: remove placement groups it left behind (with the actors
+    in them), so that one failure cannot starve every later test of CPUs. A leak is reported."""
+    yield
+    if "ray_cluster" not in request.fixturenames:
+        return
+    import warnings
+
+    import ray
+    from ray._raylet import PlacementGroupID
+    from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
+
+    if not ray.is_initialized():
+        return
+    for group_id, info in placement_group_table().items():
+        if info["state"] in ("PENDING", "CREATED", "RESCHEDULING"):
+            warnings.warn(f"{request.node.nodeid} left placement group {group_id} ({info['state']}); removed it")
+            remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(group_id))))

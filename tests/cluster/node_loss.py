@@ -56,7 +56,7 @@ def async_sgd(cluster: Cluster, output: Path) -> dict:
     from scaleforge.paramserver import run_async_sgd
 
     cfg = load_config(AsyncSGDConfig, REPO / "configs/async_sgd.yaml", [
-        "data.num_samples=8000", "workers.epochs=6", "server.checkpoint_every=25", "run.eval_every_s=1",
+        "data.num_samples=8000", "workers.epochs=12", "server.checkpoint_every=25", "run.eval_every_s=1",
         f"run.output_dir={output / 'out'}", f"artifact.dir={output / 'artifact'}",
     ])
     removed: dict = {}
@@ -72,19 +72,30 @@ def async_sgd(cluster: Cluster, output: Path) -> dict:
             "checkpoint_every": cfg.server.checkpoint_every, "updates": result.updates}
 
 
+def _registered_checkpoints(snapshot: Path) -> list:
+    try:
+        return json.loads(snapshot.read_text()).get("checkpoint_results", [])
+    except (OSError, ValueError):  # not written yet, or caught mid-write
+        return []
+
+
 def train(cluster: Cluster, output: Path) -> dict:
-    """Remove a training worker's node after the first checkpoint; the surviving nodes have room."""
+    """Remove a training worker's node once the first checkpoint is registered; the surviving nodes have
+    room. 20,000 samples: the four epochs left outlast the ~3 s it takes to declare the node dead."""
     from scaleforge.distributed.dp import run_training
 
     cfg = load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", [
-        "data.num_samples=4000", "optim.epochs=5", "run.max_failures=2", f"run.storage_path={output / 'runs'}",
+        "data.num_samples=20000", "optim.epochs=5", "run.max_failures=2", f"run.storage_path={output / 'runs'}",
         "run.name=node-loss", f"artifact.dir={output / 'artifact'}",
     ])
     removed: dict = {}
 
     def worker_node_after_a_checkpoint():
-        while not list((output / "runs" / "node-loss").glob("checkpoint_*")):
-            time.sleep(0.5)
+        # Registered by Ray Train's controller, not merely written: a checkpoint folder appears
+        # before the controller has recorded it, and a loss then restarts the run from scratch.
+        snapshot = output / "runs" / "node-loss" / "checkpoint_manager_snapshot.json"
+        while not _registered_checkpoints(snapshot):
+            time.sleep(0.2)
         return _node_of("RayTrainWorker", cluster)
 
     _remove_later(cluster, worker_node_after_a_checkpoint, removed)

@@ -24,7 +24,7 @@ def test_async_sgd_survives_losing_the_node_of_a_shard(tmp_path):
     assert result["removed"] and restored, result
     for event in restored:  # restored on a surviving node from its checkpoint, at most K updates lost
         assert event["restored_version"] > 0 and 0 <= event["lost_updates"] <= result["checkpoint_every"], event
-    assert result["test_accuracy"] >= 0.85, result
+    assert result["test_accuracy"] >= 0.9, result
 
 
 @pytest.mark.slow
@@ -32,7 +32,7 @@ def test_ray_train_job_resumes_from_its_checkpoint_after_losing_a_node(tmp_path)
     result = _drill("train", tmp_path)
     assert result["removed"] and result["resumed_from_epoch"] >= 1, result
     assert result["epochs"] == [1, 2, 3, 4, 5], "each epoch exactly once: resumed, not restarted"
-    assert result["test_accuracy"] >= 0.7, result
+    assert result["test_accuracy"] >= 0.9, result
 
 
 @pytest.mark.slow

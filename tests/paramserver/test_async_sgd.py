@@ -1,5 +1,7 @@
 """Parameter-server SGD on real Ray actors: equivalence, the SSP bound, convergence, bad input."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -96,6 +98,36 @@ def test_a_killed_sync_shard_restores_and_joins_the_workers_round(ray_cluster, t
     assert result.test_accuracy >= 0.7, result.summary()  # trained on to the end: no round waits forever
 
 
+def test_a_restarted_sync_shard_finishes_the_round_whose_ack_died_with_it(ray_cluster, tmp_path):
+    """The interleaving that once hung CI: worker 0's push of the last round was acknowledged by the
+    shard process that then died committing the round; only worker 1's push is retried on the
+    restarted shard. Worker 0's next pull must complete the round, not wait for it forever."""
+    import ray
+
+    from scaleforge.paramserver.shard import ParameterShard
+
+    every, die_at = 2, 3
+    shard = ParameterShard.options(max_concurrency=8, max_restarts=1, max_task_retries=-1).remote(
+        0, np.zeros(4, np.float32), optimizer="sgd", lr=0.1, momentum=0.0, mode="sync", num_workers=2,
+        staleness_bound=0, staleness_aware_lr=False, checkpoint_dir=str(tmp_path), checkpoint_every=every,
+        die_at_update=die_at)
+    ones = np.ones(4, np.float32)
+    for clock in range(die_at - 1):  # rounds 0 and 1 committed, version 2 checkpointed
+        ray.get([shard.pull.remote(w, clock) for w in (0, 1)], timeout=30)
+        ray.get([shard.push.remote(w, ones, clock, clock, clock) for w in (0, 1)], timeout=30)
+    last = die_at - 1
+    ray.get(shard.pull.remote(0, last), timeout=30)
+    ray.get(shard.pull.remote(1, last), timeout=30)
+    ray.get(shard.push.remote(0, ones, last, last, last), timeout=30)  # acknowledged, then lost
+    ray.get(shard.push.remote(1, ones, last, last, last), timeout=60)  # commits version 3, dies; retried
+    stats = ray.get(shard.stats.remote(), timeout=30)
+    assert (stats["incarnation"], stats["restored_version"]) == (1, every)
+    flat, version = ray.get(shard.pull.remote(0, die_at), timeout=30)[:2]  # hung here before the fix
+    assert version == every + 1  # the round went on with worker 1's gradient alone
+    np.testing.assert_allclose(flat, -0.1 * (every + 1) * ones, rtol=1e-6)
+    ray.kill(shard)
+
+
 @pytest.mark.parametrize("override,message", [
     ("server.num_shards=0", "server.num_shards: Input should be greater than 0"),
     ("server.num_shards=10000000", "server.num_shards (10000000) is larger than the number of parameters"),
@@ -133,3 +165,16 @@ def test_run_stops_once_the_target_accuracy_is_reached(ray_cluster, tmp_path):
     planned = 200 * 2000 // 64  # steps per worker; far more than it took
     assert result.updates < planned / 2, result.summary()
     assert result.curve[-1]["test_accuracy"] == stop["test_accuracy"]
+
+
+def test_a_run_the_cluster_cannot_place_fails_clearly_and_frees_what_it_reserved(ray_cluster, tmp_path):
+    import ray
+
+    total = ray.cluster_resources()["CPU"]
+    with pytest.raises(RuntimeError, match=r"placement_timeout_s=2 s: it needs 8.02 CPUs in 10 bundles"):
+        run_async_sgd(_config(tmp_path, *TINY, "workers.num_workers=8", "server.num_shards=2",
+                              "run.placement_timeout_s=2"))
+    deadline = time.time() + 10  # the group is removed: a later run gets every CPU back
+    while ray.available_resources().get("CPU", 0) < total and time.time() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0) == total

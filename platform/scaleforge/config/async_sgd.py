@@ -59,6 +59,9 @@ class PSRunSpec(_Section):
     """Wall-clock seconds between test-accuracy measurements."""
     stop_at_accuracy: Optional[float] = Field(default=None, gt=0.0, le=1.0)
     """Stop as soon as a measurement reaches this test accuracy (time-to-accuracy runs)."""
+    placement_timeout_s: PositiveFloat = 300.0
+    """How long to wait for the cluster to fit the run's placement group (an autoscaler may be adding
+    nodes) before failing with the resources it lacks."""
 
 
 class PSFaultSpec(_Section):

@@ -68,6 +68,37 @@ def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
     info = data.info
     torch.manual_seed(workers_cfg.seed)
     model = build_model(cfg.model, info.input_dim, info.num_classes)
+    # One bundle per actor, spread over nodes where the cluster has several; shards mostly wait
+    # on pushes and pulls, so they reserve a sliver of CPU, workers one CPU each.
+    bundles = [{"CPU": 1}] * workers_cfg.num_workers + [{"CPU": 0.01}] * server.num_shards
+    group = placement_group(bundles, strategy="SPREAD")
+    shards, workers = [], []
+    try:
+        _wait_for_placement(group, bundles, cfg.run.placement_timeout_s)
+        result = _train(cfg, group, data, model, shards, workers, launched)
+    finally:  # whatever happened (an error, a timeout, Ctrl-C), give the cluster its resources back
+        for actor in shards + workers:
+            ray.kill(actor, no_restart=True)
+        remove_placement_group(group)
+    return result
+
+
+def _wait_for_placement(group, bundles: list[dict], timeout_s: float) -> None:
+    try:
+        ray.get(group.ready(), timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        needed = sum(b["CPU"] for b in bundles)
+        raise RuntimeError(
+            f"the cluster could not place this run within run.placement_timeout_s={timeout_s:g} s: it needs "
+            f"{needed:g} CPUs in {len(bundles)} bundles (one per worker and shard); free now: "
+            f"{ray.available_resources().get('CPU', 0):g} of {ray.cluster_resources().get('CPU', 0):g} CPUs"
+        ) from None
+
+
+def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list, launched: float) -> AsyncSGDResult:
+    """Start the shards and workers (appended to ``shards`` and ``workers``, so that the caller can
+    always kill them), train until every worker is done, export the model and the report."""
+    server, workers_cfg, info = cfg.server, cfg.workers, data.info
     layout = ParamLayout.of(model)
     initial, ranges = layout.flatten(model), layout.shard_ranges(server.num_shards)
     output = Path(cfg.run.output_dir).expanduser().resolve()
@@ -75,14 +106,9 @@ def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
                    num_workers=workers_cfg.num_workers, staleness_bound=server.staleness_bound,
                    staleness_aware_lr=server.staleness_aware_lr, checkpoint_dir=str(output / "checkpoints"),
                    checkpoint_every=server.checkpoint_every)
-    # One bundle per actor, spread over nodes where the cluster has several; shards mostly wait
-    # on pushes and pulls, so they reserve a sliver of CPU, workers one CPU each.
-    group = placement_group([{"CPU": 1}] * workers_cfg.num_workers + [{"CPU": 0.01}] * server.num_shards,
-                            strategy="SPREAD")
-    ray.get(group.ready())
     # Held by the driver for the whole run: Ray needs a restarted shard's constructor arguments.
     initial_slices = [ray.put(initial[a:b]) for a, b in ranges]
-    shards = [
+    shards += [
         ParameterShard.options(
             num_cpus=0.01, max_concurrency=64, max_restarts=1, max_task_retries=-1,
             scheduling_strategy=PlacementGroupSchedulingStrategy(group, workers_cfg.num_workers + i),
@@ -105,8 +131,8 @@ def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
             workers_cfg.straggler_delay_s if i == workers_cfg.num_workers - 1 else 0.0, die_at_step,
         )
 
-    workers = [start_worker(i, cfg.fault.kill_worker_at_step if i == 0 else None)
-               for i in range(workers_cfg.num_workers)]
+    workers += [start_worker(i, cfg.fault.kill_worker_at_step if i == 0 else None)
+                for i in range(workers_cfg.num_workers)]
     # The clock starts once every worker is up: process start-up is not training time.
     ray.get([w.ready.remote() for w in workers])
     started = time.perf_counter()
@@ -165,9 +191,6 @@ def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
                             "num_workers": workers_cfg.num_workers}},
     )
     result.summary_path, result.plot_path = _write_report(output, cfg, result)
-    for actor in shards + workers:
-        ray.kill(actor)
-    remove_placement_group(group)
     return result
 
 

@@ -65,6 +65,8 @@ class ParameterShard:
             if self.mode == "sync":  # round `clock` starts once every worker's round clock-1 is applied
                 if self.round is None:  # restored: the rounds since the checkpoint are lost
                     self.round = clock
+                if self._round_complete():  # this worker's part of the round died with the old process
+                    self._commit(None, 0)
                 await self.changed.wait_for(lambda: self.round >= clock)
             elif self.mode == "ssp":  # a worker more than s steps ahead of the slowest waits
                 await self.changed.wait_for(lambda: clock - self._slowest() <= self.bound)
@@ -92,7 +94,7 @@ class ParameterShard:
             self.clocks[worker] = clock + 1
             if self.mode == "sync":
                 self.pending[worker] = grad
-                if len(self.pending) < len(self.clocks):
+                if not self._round_complete():
                     return self.version, self.incarnation
             self._commit(grad, self.version - read_version)
             return self.version, self.incarnation
@@ -108,9 +110,15 @@ class ParameterShard:
         async with self.changed:
             self.clocks.pop(worker, None)
             self.pending.pop(worker, None)
-            if self.mode == "sync" and self.pending and len(self.pending) >= len(self.clocks):
+            if self.mode == "sync" and self._round_complete():
                 self._commit(None, 0)
             self.changed.notify_all()
+
+    def _round_complete(self) -> bool:
+        """Sync: every worker has pushed this round, or is already past it. A worker is past a round
+        this shard never committed only after a restart: its push was acknowledged by the process
+        that died, so the round goes on without that gradient."""
+        return bool(self.pending) and all(w in self.pending or c > self.round for w, c in self.clocks.items())
 
     def _commit(self, grad, staleness: int) -> None:
         """Apply one update (sync: the mean of the round's gradients), checkpoint, wake waiters."""
