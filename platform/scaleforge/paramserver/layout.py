@@ -1,6 +1,7 @@
 """A model's parameters as one contiguous float32 vector, split into shards balanced by bytes."""
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import torch
@@ -27,10 +28,14 @@ class ParamLayout:
     def total(self) -> int:
         return sum(self.sizes)
 
-    def flatten(self, model: nn.Module, grads: bool = False) -> np.ndarray:
-        """Parameters (or their gradients) concatenated into one float32 vector."""
-        tensors = [(p.grad if grads else p).detach().reshape(-1) for p in model.parameters()]
-        return torch.cat(tensors).to(torch.float32).numpy()
+    def flatten(self, model: nn.Module, grads: bool = False, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """Parameters (or their gradients) concatenated into one float32 vector (written into ``out``
+        when given: a worker's shared gradient buffer)."""
+        tensors = [(p.grad if grads else p).detach().reshape(-1).to(torch.float32) for p in model.parameters()]
+        if out is None:
+            return torch.cat(tensors).numpy()
+        torch.cat(tensors, out=torch.from_numpy(out))
+        return out
 
     def assign(self, model: nn.Module, flat: np.ndarray) -> None:
         """Copy a flat vector into the model's parameters."""

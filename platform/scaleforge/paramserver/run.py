@@ -3,6 +3,7 @@
 import json
 import math
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from scaleforge.config.async_sgd import AsyncSGDConfig
 from scaleforge.data import load_arrays
 from scaleforge.models import build_model
 from scaleforge.paramserver.layout import ParamLayout
+from scaleforge.paramserver.outbox import remove_buffers
 from scaleforge.paramserver.shard import ParameterShard
 from scaleforge.paramserver.worker import AsyncWorker
 from scaleforge.runtime import ensure_ray
@@ -72,14 +74,16 @@ def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
     # on pushes and pulls, so they reserve a sliver of CPU, workers one CPU each.
     bundles = [{"CPU": 1}] * workers_cfg.num_workers + [{"CPU": 0.01}] * server.num_shards
     group = placement_group(bundles, strategy="SPREAD")
-    shards, workers = [], []
+    shards, workers, run_token = [], [], uuid.uuid4().hex[:12]
     try:
         _wait_for_placement(group, bundles, cfg.run.placement_timeout_s)
-        result = _train(cfg, group, data, model, shards, workers, launched)
+        result = _train(cfg, group, data, model, shards, workers, launched, run_token)
     finally:  # whatever happened (an error, a timeout, Ctrl-C), give the cluster its resources back
+        ray.wait([w.close.remote() for w in workers], num_returns=len(workers), timeout=10)
         for actor in shards + workers:
             ray.kill(actor, no_restart=True)
         remove_placement_group(group)
+        remove_buffers(run_token)  # those of workers that died on this node
     return result
 
 
@@ -95,7 +99,8 @@ def _wait_for_placement(group, bundles: list[dict], timeout_s: float) -> None:
         ) from None
 
 
-def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list, launched: float) -> AsyncSGDResult:
+def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list, launched: float,
+           run_token: str) -> AsyncSGDResult:
     """Start the shards and workers (appended to ``shards`` and ``workers``, so that the caller can
     always kill them), train until every worker is done, export the model and the report."""
     server, workers_cfg, info = cfg.server, cfg.workers, data.info
@@ -128,7 +133,7 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
         return AsyncWorker.options(num_cpus=1, **placement).remote(
             i, cfg.model.model_dump(mode="json"), info.input_dim, info.num_classes, data.x[rows],
             data.y[rows], workers_cfg.batch_size, workers_cfg.seed + i, shards, ranges,
-            workers_cfg.straggler_delay_s if i == workers_cfg.num_workers - 1 else 0.0, die_at_step,
+            workers_cfg.straggler_delay_s if i == workers_cfg.num_workers - 1 else 0.0, die_at_step, run_token,
         )
 
     workers += [start_worker(i, cfg.fault.kill_worker_at_step if i == 0 else None)

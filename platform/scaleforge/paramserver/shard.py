@@ -24,6 +24,8 @@ import ray
 import torch
 from safetensors.torch import load_file, save_file
 
+from scaleforge.paramserver.outbox import RESEND, Inbox, SharedGradient
+
 
 @ray.remote
 class ParameterShard:
@@ -36,6 +38,7 @@ class ParameterShard:
         self.incarnation = int(ray.get_runtime_context().was_current_actor_reconstructed)
         self.die_at_update = die_at_update if self.incarnation == 0 else None
         self.param = torch.nn.Parameter(torch.from_numpy(np.array(init, dtype=np.float32)))
+        self.inbox = Inbox(len(self.param))  # gradients that workers on this node leave in shared memory
         if optimizer == "adam":
             self.optimizer = torch.optim.Adam([self.param], lr=lr)
         else:
@@ -72,15 +75,19 @@ class ParameterShard:
                 await self.changed.wait_for(lambda: clock - self._slowest() <= self.bound)
             return self.param.detach().numpy().copy(), self.version, self._slowest()
 
-    async def push(self, worker: int, grad: np.ndarray, read_version: int, read_clock: int,
-                   clock: int) -> tuple[int, int]:
+    async def push(self, worker: int, grad: "np.ndarray | SharedGradient", read_version: int, read_clock: int,
+                   clock: int) -> "tuple[int, int] | str":
         """Apply (or, in sync mode, collect) ``worker``'s gradient of its step ``clock``, computed on
-        ``read_version``.
+        ``read_version``: this shard's slice, or a note of where a worker on this node left it.
 
         Returns:
             (version after this push, incarnation of this shard), so workers can count what a
-            restart lost.
+            restart lost; ``RESEND`` for a note this shard cannot read (it runs on another node).
         """
+        if isinstance(grad, SharedGradient):
+            grad = self.inbox.read(grad)
+            if grad is None:
+                return RESEND
         async with self.changed:
             if worker not in self.clocks:  # a removed worker's last push, still in flight
                 return self.version, self.incarnation
@@ -144,6 +151,9 @@ class ParameterShard:
     def clock_of(self, worker: int) -> int:
         """Steps of ``worker`` this shard has received."""
         return self.clocks[worker]
+
+    def node_id(self) -> str:
+        return self.inbox.node_id
 
     def slowest_clock(self) -> int:
         return self._slowest()

@@ -13,6 +13,7 @@ from pydantic import TypeAdapter
 
 from scaleforge.models import ModelSpec, build_model
 from scaleforge.paramserver.layout import ParamLayout
+from scaleforge.paramserver.outbox import Outbox
 
 
 def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -25,27 +26,29 @@ def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int) -> Iterato
             yield torch.from_numpy(x[rows]), torch.from_numpy(y[rows])
 
 
-def gradient(model: torch.nn.Module, layout: ParamLayout, x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, float]:
-    """The flat gradient of the mean cross-entropy on one batch, and the loss."""
+def gradient(model: torch.nn.Module, layout: ParamLayout, x: torch.Tensor, y: torch.Tensor,
+             out: Optional[np.ndarray] = None) -> tuple[np.ndarray, float]:
+    """The flat gradient of the mean cross-entropy on one batch (written into ``out`` when given), and the loss."""
     model.zero_grad(set_to_none=False)
     loss = F.cross_entropy(model(x), y)
     loss.backward()
-    return layout.flatten(model, grads=True), loss.item()
+    return layout.flatten(model, grads=True, out=out), loss.item()
 
 
 @ray.remote
 class AsyncWorker:
     def __init__(self, index: int, model: dict, input_dim: int, num_classes: int, x: np.ndarray, y: np.ndarray,
                  batch_size: int, seed: int, shards: list, ranges: list[tuple[int, int]], delay_s: float = 0.0,
-                 die_at_step: Optional[int] = None):
+                 die_at_step: Optional[int] = None, run_token: Optional[str] = None):
         torch.set_num_threads(1)
-        self.index, self.shards, self.ranges, self.delay_s = index, shards, ranges, delay_s
+        self.index, self.shards, self.delay_s = index, shards, delay_s
         self.die_at_step = die_at_step
         # Highest version each shard acknowledged, per shard incarnation: what a shard restart lost.
         self.acked: dict[int, dict[int, int]] = {i: {} for i in range(len(shards))}
         self.model = build_model(TypeAdapter(ModelSpec).validate_python(model), input_dim, num_classes)
         self.layout = ParamLayout.of(self.model)
         self.batches = batches(x, y, batch_size, seed)
+        self.outbox = Outbox(index, shards, ranges, run_token)
 
     def ready(self) -> bool:
         """True once constructed (model built, data shard held): a run's clock starts when every worker is."""
@@ -60,14 +63,17 @@ class AsyncWorker:
                 os.kill(os.getpid(), signal.SIGKILL)
             pulled = ray.get([shard.pull.remote(self.index, clock) for shard in self.shards])
             self.layout.assign(self.model, np.concatenate([p[0] for p in pulled]))
-            grad, loss = gradient(self.model, self.layout, *next(self.batches))
+            _, loss = gradient(self.model, self.layout, *next(self.batches), out=self.outbox.buffer)
             if self.delay_s:  # simulated straggler
                 time.sleep(self.delay_s)
-            acks = ray.get([shard.push.remote(self.index, grad[a:b], version, read_clock, clock)
-                            for shard, (a, b), (_, version, read_clock) in zip(self.shards, self.ranges, pulled)])
+            acks = self.outbox.push([(version, read_clock) for _, version, read_clock in pulled], clock)
             for shard_index, (version, incarnation) in enumerate(acks):
                 seen = self.acked[shard_index]
                 seen[incarnation] = max(seen.get(incarnation, 0), version)
             losses.append(loss)
         return {"worker": self.index, "steps": steps, "seconds": time.perf_counter() - started,
                 "final_loss": float(np.mean(losses[-10:])), "acked": self.acked}
+
+    def close(self) -> None:
+        """Delete this worker's shared gradient buffer."""
+        self.outbox.close()
