@@ -4,8 +4,8 @@
 
 For every ``bench/results/<name>.txt`` (what ``make bench`` captured from ``bench/<name>.py``)
 the block between ``<!-- bench:<name> -->`` and ``<!-- /bench:<name> -->`` is replaced with that
-output, its date and the command; a benchmark without markers yet gets a new block at the end of
-the "Benchmarks" section. The README is replaced atomically.
+output, the date it was measured (the file's) and the command; a benchmark without markers yet
+gets a new block at the end of the "Benchmarks" section. The README is replaced atomically.
 """
 
 import datetime
@@ -45,8 +45,8 @@ def update(readme: str, name: str, output: str, when: str) -> str:
 def main(readme_path: str, results_dir: str) -> None:
     readme = Path(readme_path)
     text = readme.read_text()
-    when = datetime.date.today().isoformat()
-    for result in sorted(Path(results_dir).glob("*.txt")):
+    for result in sorted(Path(results_dir).glob("*.txt")):  # dated by when it was measured
+        when = datetime.date.fromtimestamp(result.stat().st_mtime).isoformat()
         text = update(text, result.stem, result.read_text(), when)
     fd, tmp = tempfile.mkstemp(dir=readme.parent, suffix=".tmp")
     with os.fdopen(fd, "w") as handle:
