@@ -10,19 +10,18 @@ from typing import Any
 
 import numpy as np
 import torch
-from ray.serve.handle import DeploymentHandle
 
 from scaleforge.config.serve import CascadeEntry
 from scaleforge.routing import confidence, escalate
 from serving.metrics import RoutingMetrics
-from serving.models import predict
+from serving.models import CoalescingClient
 from serving.protocol import ProtocolError
 
 
 class CascadeRouter:
     """Sends each input through the stages until one is confident enough."""
 
-    def __init__(self, entry: CascadeEntry, stages: list[DeploymentHandle], metrics: RoutingMetrics):
+    def __init__(self, entry: CascadeEntry, stages: list[CoalescingClient], metrics: RoutingMetrics):
         self.entry, self.stages, self.metrics = entry, stages, metrics
 
     def thresholds(self, parameters: dict[str, Any]) -> list[float]:
@@ -67,7 +66,7 @@ class CascadeRouter:
 
     async def _run_stage(self, index: int, x: np.ndarray) -> np.ndarray:
         start = time.perf_counter()
-        logits = await predict(self.stages[index], x)
+        logits = await self.stages[index].predict(x)
         self.metrics.stage_latency.observe(1e3 * (time.perf_counter() - start), tags=self._tags(index))
         self.metrics.add(self.metrics.stage_inputs, len(x), **self._tags(index))
         return torch.from_numpy(logits).softmax(dim=-1).numpy()

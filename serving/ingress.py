@@ -26,7 +26,7 @@ import scaleforge
 from scaleforge.config.serve import AuthSpec, ServeArgs
 from serving.cascade import CascadeRouter
 from serving.metrics import RoutingMetrics
-from serving.models import predict
+from serving.models import CoalescingClient
 from serving.moe import MoERouter
 from serving.protocol import InferRequest, ProtocolError, infer_response, model_metadata, parse_infer_request
 
@@ -48,11 +48,11 @@ class ModelInfo:
 class PlainModel:
     """A single model deployment behind the V2 API."""
 
-    def __init__(self, handle: DeploymentHandle):
-        self.handle = handle
+    def __init__(self, client: CoalescingClient):
+        self.client = client
 
     async def infer(self, x: np.ndarray, parameters: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        probs = torch.from_numpy(await predict(self.handle, x)).softmax(dim=-1).numpy()
+        probs = torch.from_numpy(await self.client.predict(x)).softmax(dim=-1).numpy()
         return {"class": probs.argmax(axis=1).astype(np.int64), "probabilities": probs}, {}
 
 
@@ -138,9 +138,11 @@ class V2Ingress:
         self.handles = handles
         metrics = RoutingMetrics()
         self.metrics = metrics
-        self.servables: dict[str, Servable] = {m.name: PlainModel(handles[m.name]) for m in args.models}
+        # One coalescing client per model, shared by everything in this replica that calls it.
+        clients = {name: CoalescingClient(handle) for name, handle in handles.items()}
+        self.servables: dict[str, Servable] = {m.name: PlainModel(clients[m.name]) for m in args.models}
         for cascade in args.cascades:
-            self.servables[cascade.name] = CascadeRouter(cascade, [handles[s.model] for s in cascade.stages], metrics)
+            self.servables[cascade.name] = CascadeRouter(cascade, [clients[s.model] for s in cascade.stages], metrics)
         for router in args.moe:
             self.servables[router.name] = MoERouter(router, handles[router.gate], [handles[e] for e in router.experts],
                                                     infos[router.experts[0]].num_classes, metrics)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -87,6 +88,33 @@ def test_infer_response_is_well_formed_v2(server, data):
     with torch.inference_mode():
         local = load_servable(server["models"]["teacher"]).module(torch.from_numpy(x)).argmax(dim=1).numpy()
     assert classes["data"] == local.tolist()
+
+
+def test_concurrent_requests_each_get_their_own_answers(server, data):
+    """The ingress merges concurrent calls to a model into one; every request must still get exactly
+    its own rows back, in order, whatever its size and whichever stage answered it."""
+    sizes = [1, 7, 64, 3, 120, 16, 33, 2] * 3
+    starts = np.cumsum([0, *sizes[:-1]])
+    with torch.inference_mode():
+        local = {role: load_servable(server["models"][role]).module(torch.from_numpy(data["x_test"])).softmax(1).numpy()
+                 for role in ("student", "teacher")}
+
+    def call(i: int) -> tuple[int, dict]:
+        x = data["x_test"][starts[i]:starts[i] + sizes[i]]
+        name = "teacher" if i % 2 else "cascade"
+        return i, infer(server, name, x, **({"trace": True} if name == "cascade" else {}))
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        answers = dict(pool.map(call, range(len(sizes))))
+    for i, response in answers.items():
+        rows = slice(starts[i], starts[i] + sizes[i])
+        probs = output(response, "probabilities").reshape(sizes[i], 10)
+        if i % 2:
+            expected = local["teacher"][rows]
+        else:
+            stage = output(response, "stage")
+            expected = np.where((stage == 0)[:, None], local["student"][rows], local["teacher"][rows])
+        np.testing.assert_allclose(probs, expected, atol=1e-5)
 
 
 def test_tritonclient_calls_infer(server, data):
