@@ -14,6 +14,7 @@ a. Push throughput: 2 workers push a precomputed gradient (a fresh array each pu
    memcpy bandwidth.
 b. Time to 0.90 test accuracy on MNIST-1D for sync, async and ssp with one of 3 workers
    4x slower than the others, from the moment every worker is up; each run stops at the target.
+c. (``--parts c``, about 4 minutes) part b at three learning rates, and each mode at its best.
 """
 
 import argparse
@@ -144,12 +145,12 @@ def push_throughput(total: int) -> tuple[float, float, int]:
     return baseline, ours, params
 
 
-def time_to_accuracy(target: float = 0.90) -> dict[str, float]:
+def time_to_accuracy(target: float = 0.90, overrides: tuple[str, ...] = (), quiet: bool = False) -> dict[str, float]:
     root = Path(__file__).resolve().parents[1]
     # One step takes about 15 ms here; 45 ms more makes the last worker about 4x slower.
     common = ["workers.num_workers=3", "workers.straggler_delay_s=0.045", "workers.epochs=8",
               f"run.stop_at_accuracy={target}", "run.eval_every_s=0.5", "run.output_dir=/tmp/scaleforge-bench-ps",
-              "artifact.dir=/tmp/scaleforge-bench-ps/model"]
+              "artifact.dir=/tmp/scaleforge-bench-ps/model", *overrides]
     times = {}
     for mode in ("sync", "async", "ssp"):
         cfg = load_config(AsyncSGDConfig, root / "configs/async_sgd.yaml", [*common, f"server.mode={mode}"])
@@ -157,14 +158,32 @@ def time_to_accuracy(target: float = 0.90) -> dict[str, float]:
             result = run_async_sgd(cfg)
         reached = [p["seconds"] for p in result.curve if p["test_accuracy"] >= target]
         times[mode] = reached[0] if reached else float("nan")
-        print(f"   {mode:5s} reached {target:.2f} after {times[mode]:6.1f} s of training "
-              f"({result.updates} updates, {result.updates / result.wall_s:.1f}/s)", flush=True)
+        if not quiet:
+            print(f"   {mode:5s} reached {target:.2f} after {times[mode]:6.1f} s of training "
+                  f"({result.updates} updates, {result.updates / result.wall_s:.1f}/s)", flush=True)
     return times
+
+
+def learning_rate_sweep(rates: tuple[float, ...] = (0.002, 0.004, 0.008)) -> None:
+    """Part b at several learning rates: is the verdict an artefact of one setting? Each mode is
+    then compared at its own best rate (a tuned sync is the baseline a user would run)."""
+    print("c. Part b at several Adam learning rates (seconds to 0.90; '-' = not reached in 8 epochs)")
+    print(f"   {'lr':>7s} {'sync':>7s} {'async':>7s} {'ssp':>7s}")
+    table = {}
+    for lr in rates:
+        table[lr] = time_to_accuracy(overrides=(f"server.lr={lr}",), quiet=True)
+        print(f"   {lr:7.3f} " + " ".join(f"{t:7.1f}" if t == t else f"{'-':>7s}" for t in table[lr].values()),
+              flush=True)
+    best = {mode: min((t[mode] for t in table.values() if t[mode] == t[mode]), default=float("nan"))
+            for mode in ("sync", "async", "ssp")}
+    print(f"   each at its best rate: async / sync = {best['async'] / best['sync']:.2f}, "
+          f"ssp / sync = {best['ssp'] / best['sync']:.2f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="ab", help="which parts to run: a (push throughput), b (time to accuracy)")
+    parser.add_argument("--parts", default="ab", help="which parts to run: a (push throughput), b (time to "
+                        "accuracy), c (b at several learning rates; about 4 minutes, not in the default run)")
     parts = parser.parse_args().parts
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     if "a" in parts:
@@ -174,6 +193,8 @@ def main() -> None:
         times = time_to_accuracy()
         print(f"   async / sync = {times['async'] / times['sync']:.2f}, ssp / sync = {times['ssp'] / times['sync']:.2f} "
               "(target <= 0.6)")
+    if "c" in parts:
+        learning_rate_sweep()
 
 
 def push_table() -> None:
