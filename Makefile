@@ -24,7 +24,7 @@ demo: install
 	$(BIN)/python -m jobs.pipeline --config configs/pipeline.yaml
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 # On a machine with CUDA (install the CUDA build of torch first, see README): the GPU path, ~5 min.
 gpu-check: install

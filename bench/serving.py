@@ -39,7 +39,7 @@ from scaleforge.models import CNN1dSpec  # noqa: E402
 from scaleforge.quickfit import fit_and_save  # noqa: E402
 from scaleforge.routing import calibrate_thresholds  # noqa: E402
 from serving.app import build_app  # noqa: E402
-from serving.protocol import ProtocolError, infer_response, parse_infer_request  # noqa: E402
+from serving.protocol import ProtocolError, V2Response, infer_response, parse_infer_request  # noqa: E402
 
 CACHE = Path("~/.cache/scaleforge/serving-bench").expanduser()
 STUDENT = CNN1dSpec(channels=[16, 32], hidden=64, pool=True)
@@ -61,7 +61,7 @@ class BareModel:
         self.model = load_servable(artifact)
 
     @bare_api.post("/v2/models/{name}/infer")
-    async def infer(self, name: str, request: Request) -> JSONResponse:
+    async def infer(self, name: str, request: Request) -> V2Response:
         try:
             parsed = parse_infer_request(await request.body(), self.model.input_dim, 4096)
         except ProtocolError as err:
@@ -69,7 +69,7 @@ class BareModel:
         with torch.inference_mode():
             probs = self.model.module(torch.from_numpy(parsed.x)).softmax(dim=1).numpy()
         outputs = {"class": probs.argmax(axis=1).astype(np.int64), "probabilities": probs}
-        return JSONResponse(infer_response(name, parsed.id, outputs, None))
+        return V2Response(infer_response(name, parsed.id, outputs, None))
 
 
 def trained(data) -> dict[str, str]:

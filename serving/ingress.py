@@ -28,7 +28,8 @@ from serving.cascade import CascadeRouter
 from serving.metrics import RoutingMetrics
 from serving.models import CoalescingClient
 from serving.moe import MoERouter
-from serving.protocol import InferRequest, ProtocolError, infer_response, model_metadata, parse_infer_request
+from serving.protocol import (InferRequest, ProtocolError, V2Response, infer_response, model_metadata,
+                              parse_infer_request)
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ class V2Ingress:
 
     @app.post("/v2/models/{name}/infer",
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": _INFER_SCHEMA}}}})
-    async def infer(self, name: str, request: Request) -> JSONResponse:
+    async def infer(self, name: str, request: Request) -> V2Response:
         self._authorize(request)
         info = self._info(name)
         body = await _read_body(request, self.args.limits.max_body_bytes)
@@ -191,7 +192,7 @@ class V2Ingress:
             raise ProtocolError(503, f"model '{name}' is overloaded or unavailable ({type(err).__name__}); "
                                      "retry later") from None
         self.metrics.requests.inc(tags={"model": name, "status": "200"})
-        return JSONResponse(infer_response(name, parsed.id, outputs, parsed.outputs, summary))
+        return V2Response(infer_response(name, parsed.id, outputs, parsed.outputs, summary))
 
     def _info(self, name: str) -> ModelInfo:
         if name not in self.infos:

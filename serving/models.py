@@ -39,7 +39,7 @@ class CoalescingClient:
     are outstanding, and the model replica's own ``@serve.batch`` merges across ingress replicas.
     """
 
-    def __init__(self, handle: DeploymentHandle, max_calls: int = 16, in_flight: int = 2):
+    def __init__(self, handle: DeploymentHandle, max_calls: int = 16, in_flight: int = 4):
         self.handle = handle
 
         @serve.batch(max_batch_size=max_calls, batch_wait_timeout_s=0.0, max_concurrent_batches=in_flight)

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 import numpy as np
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.responses import Response
 
 PROTOCOL = "v2"
 INPUT_NAME = "input"
@@ -94,10 +96,15 @@ def parse_infer_request(body: bytes, input_dim: int, max_batch_size: int) -> Par
 
 def _decode(body: bytes) -> InferRequest:
     try:
-        raw = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-        raise ProtocolError(400, f"request body is not valid JSON ({err}); the binary tensor extension "
-                                 "is not supported, send JSON tensor data") from None
+        raw = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        # Strict JSON has no NaN or Infinity, but Python's json module (and so many clients) writes
+        # them: read such a body the lenient way, so that the check of the values can name them.
+        try:
+            raw = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+            raise ProtocolError(400, f"request body is not valid JSON ({err}); the binary tensor extension "
+                                     "is not supported, send JSON tensor data") from None
     try:
         return InferRequest.model_validate(raw)
     except ValidationError as err:
@@ -145,10 +152,21 @@ def _check_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
     return checked
 
 
+class V2Response(Response):
+    """A JSON response whose numpy arrays are written by orjson directly (float32 in its shortest
+    form), several times faster than ``json.dumps`` over ``tolist()`` for the probabilities."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
 def tensor(name: str, values: np.ndarray) -> dict[str, Any]:
-    """A V2 output tensor (JSON data, row-major flat)."""
+    """A V2 output tensor (JSON data, row-major flat; the array is rendered by :class:`V2Response`)."""
     datatype = {"int64": "INT64", "float32": "FP32", "bool": "BOOL"}[values.dtype.name]
-    return {"name": name, "shape": list(values.shape), "datatype": datatype, "data": values.ravel().tolist()}
+    return {"name": name, "shape": list(values.shape), "datatype": datatype,
+            "data": np.ascontiguousarray(values).ravel()}
 
 
 def infer_response(model: str, request_id: Optional[str], outputs: dict[str, np.ndarray],
