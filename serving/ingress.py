@@ -140,7 +140,7 @@ class V2Ingress:
         metrics = RoutingMetrics()
         self.metrics = metrics
         # One coalescing client per model, shared by everything in this replica that calls it.
-        clients = {name: CoalescingClient(handle) for name, handle in handles.items()}
+        clients = {name: CoalescingClient(handle, args.limits.max_batch_size) for name, handle in handles.items()}
         self.servables: dict[str, Servable] = {m.name: PlainModel(clients[m.name]) for m in args.models}
         for cascade in args.cascades:
             self.servables[cascade.name] = CascadeRouter(cascade, [clients[s.model] for s in cascade.stages], metrics)

@@ -35,14 +35,17 @@ class CoalescingClient:
     Every handle call costs a few milliseconds of CPU whatever its size (routing, serialisation,
     the actor call, the replica's batching), so under load the ingress sends whatever calls are
     waiting as one array and splits the logits back: fewer, larger calls, the same answers. With
-    nothing waiting a call goes out at once (no added wait); at most ``in_flight`` merged calls
-    are outstanding, and the model replica's own ``@serve.batch`` merges across ingress replicas.
+    nothing waiting a call goes out at once (no added wait); a merged call holds at most
+    ``max_rows`` rows (the largest request the ingress admits, so the model replica's forward
+    passes are no larger than without merging), at most ``in_flight`` merged calls are
+    outstanding, and the model replica's own ``@serve.batch`` merges across ingress replicas.
     """
 
-    def __init__(self, handle: DeploymentHandle, max_calls: int = 16, in_flight: int = 4):
+    def __init__(self, handle: DeploymentHandle, max_rows: int, in_flight: int = 4):
         self.handle = handle
 
-        @serve.batch(max_batch_size=max_calls, batch_wait_timeout_s=0.0, max_concurrent_batches=in_flight)
+        @serve.batch(max_batch_size=max_rows, batch_size_fn=lambda arrays: sum(len(x) for x in arrays),
+                     batch_wait_timeout_s=0.0, max_concurrent_batches=in_flight)
         async def merged(batches: list[np.ndarray]) -> list[np.ndarray]:
             sizes = np.cumsum([len(x) for x in batches])[:-1]
             return np.split(await predict(handle, np.concatenate(batches)), sizes)

@@ -91,9 +91,10 @@ def test_infer_response_is_well_formed_v2(server, data):
 
 
 def test_concurrent_requests_each_get_their_own_answers(server, data):
-    """The ingress merges concurrent calls to a model into one; every request must still get exactly
-    its own rows back, in order, whatever its size and whichever stage answered it."""
-    sizes = [1, 7, 64, 3, 120, 16, 33, 2] * 3
+    """The ingress merges concurrent calls to a model into one (at most the app's 2,048-row request
+    limit per merged call); every request must still get exactly its own rows back, in order,
+    whatever its size and whichever stage answered it."""
+    sizes = [1, 7, 64, 3, 120, 16, 33, 2] * 3 + [2048, 900]
     starts = np.cumsum([0, *sizes[:-1]])
     with torch.inference_mode():
         local = {role: load_servable(server["models"][role]).module(torch.from_numpy(data["x_test"])).softmax(1).numpy()
