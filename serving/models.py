@@ -29,6 +29,11 @@ async def predict(handle: DeploymentHandle, x: np.ndarray, retries: int = 2) -> 
     return await handle.predict.remote(x)
 
 
+def split_like(batches: list[np.ndarray], merged: np.ndarray) -> list[np.ndarray]:
+    """The rows of ``merged`` (computed on the batches concatenated) back per batch, in order."""
+    return np.split(merged, np.cumsum([len(x) for x in batches])[:-1])
+
+
 class CoalescingClient:
     """Calls one model deployment from the ingress, merging this replica's concurrent calls into one.
 
@@ -42,13 +47,10 @@ class CoalescingClient:
     """
 
     def __init__(self, handle: DeploymentHandle, max_rows: int, in_flight: int = 4):
-        self.handle = handle
-
         @serve.batch(max_batch_size=max_rows, batch_size_fn=lambda arrays: sum(len(x) for x in arrays),
                      batch_wait_timeout_s=0.0, max_concurrent_batches=in_flight)
         async def merged(batches: list[np.ndarray]) -> list[np.ndarray]:
-            sizes = np.cumsum([len(x) for x in batches])[:-1]
-            return np.split(await predict(handle, np.concatenate(batches)), sizes)
+            return split_like(batches, await predict(handle, np.concatenate(batches)))
 
         self.predict = merged
 
@@ -73,10 +75,9 @@ class ModelServer:
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
     async def predict(self, batches: list[np.ndarray]) -> list[np.ndarray]:
         """[rows, input_dim] float32 per request -> [rows, num_classes] float32 logits per request."""
-        sizes = np.cumsum([len(x) for x in batches])[:-1]
         with torch.inference_mode():
             logits = self.model.module(torch.from_numpy(np.concatenate(batches)).to(self.device)).cpu().numpy()
-        return np.split(logits, sizes)
+        return split_like(batches, logits)
 
     def ready(self) -> bool:
         return True
