@@ -1,8 +1,6 @@
 """``report.json``, ``report.md`` and PNG plots of a compression run, every model against the teacher."""
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend chosen first: jobs run headless)
 
 from scaleforge.compress.measure import StepRecord  # noqa: E402
+from scaleforge.storage import write_atomic  # noqa: E402
 
 
 def write_report(out: Path, measured: dict[str, Any], cfg, wall_s: float) -> dict[str, Any]:
@@ -26,8 +25,8 @@ def write_report(out: Path, measured: dict[str, Any], cfg, wall_s: float) -> dic
         "wall_s": wall_s,
     }
     out.mkdir(parents=True, exist_ok=True)
-    _write_atomic(out / "report.json", json.dumps(report, indent=2) + "\n")
-    _write_atomic(out / "report.md", _markdown(report))
+    write_atomic(out / "report.json", json.dumps(report, indent=2) + "\n")
+    write_atomic(out / "report.md", _markdown(report))
     _plot_sparsity(report, out / "accuracy_vs_sparsity.png")
     _plot_tradeoffs(report, out / "accuracy_vs_size_latency.png")
     return report
@@ -103,9 +102,3 @@ def _save_figure(figure, path: Path) -> None:
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    handle, staging = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(handle, "w") as file:
-        file.write(text)
-    os.replace(staging, path)

@@ -4,11 +4,11 @@ Never the package's downloading loader: ``make_dataset`` is seeded and needs no 
 package's own cache format is pickle, which we do not load.
 """
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from scaleforge.storage import write_atomic
 
 SEQUENCE_LENGTH = 40
 NUM_CLASSES = 10
@@ -32,16 +32,8 @@ def load_mnist1d(num_samples: int, seed: int, test_fraction: float, cache_dir: s
         with np.load(cache, allow_pickle=False) as stored:
             return {key: stored[key] for key in ("x", "y", "x_test", "y_test")}
     arrays = _generate(num_samples, seed, test_fraction)
-    cache.parent.mkdir(parents=True, exist_ok=True)
     # Atomic: concurrent jobs never read a half-written cache file.
-    fd, tmp = tempfile.mkstemp(dir=cache.parent, suffix=".npz.tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, **arrays)
-        os.replace(tmp, cache)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_atomic(cache, lambda handle: np.savez(handle, **arrays))
     return arrays
 
 

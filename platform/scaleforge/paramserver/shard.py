@@ -14,7 +14,6 @@ Two staleness measures are recorded for every gradient:
 import asyncio
 import os
 import signal
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -22,9 +21,10 @@ from typing import Optional
 import numpy as np
 import ray
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from scaleforge.paramserver.outbox import RESEND, Inbox, SharedGradient
+from scaleforge.storage import write_atomic
 
 
 @ray.remote
@@ -175,11 +175,7 @@ class ParameterShard:
         for name, value in self.optimizer.state[self.param].items():
             tensors[f"opt.{name}"] = value.detach().clone() if torch.is_tensor(value) else torch.tensor(value)
         metadata = {"version": str(self.version), "clocks": ",".join(f"{w}:{c}" for w, c in self.clocks.items())}
-        self.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.checkpoint_path.parent, suffix=".tmp")
-        os.close(fd)
-        save_file(tensors, tmp, metadata=metadata)
-        os.replace(tmp, self.checkpoint_path)
+        write_atomic(self.checkpoint_path, save(tensors, metadata=metadata))
 
     def _restore(self) -> int:
         """After a restart (never on a fresh start), load the last checkpoint; returns its version."""

@@ -7,8 +7,6 @@ they were.
 """
 
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -19,6 +17,7 @@ from scaleforge.cluster import free_ports
 from scaleforge.config import (AsyncSGDConfig, CalibrateConfig, CompressJobConfig, ServeConfig, TrainJobConfig,
                                load_config)
 from scaleforge.config.pipeline import STAGES, PipelineConfig
+from scaleforge.storage import write_atomic
 
 Record = dict[str, Any]
 
@@ -163,7 +162,7 @@ class Pipeline:
         for router in args.get("moe", []):
             router["experts"] = [f"moe-expert-{i}" for i in range(len(parts["experts"]))]
         target = self.out / "serve.yaml"
-        _write_atomic(target, f"# ray serve config written by jobs.pipeline from {self.cfg.serve.config}\n"
+        write_atomic(target, f"# ray serve config written by jobs.pipeline from {self.cfg.serve.config}\n"
                               + yaml.safe_dump(raw, sort_keys=False))
         return target
 
@@ -182,17 +181,10 @@ class Pipeline:
         return json.loads(path.read_text()) if path.is_file() else None
 
     def _write_record(self, stage: str, record: Record) -> None:
-        _write_atomic(self._record_path(stage), json.dumps(record, indent=2) + "\n")
+        write_atomic(self._record_path(stage), json.dumps(record, indent=2) + "\n")
 
 
 def _plain(value: Any) -> Any:
     """JSON-ready copy (numpy scalars and paths become plain values)."""
     return json.loads(json.dumps(value, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)

@@ -6,8 +6,6 @@ deployments do (:func:`scaleforge.artifacts.servable.load_servable`), applies th
 did not calibrate on.
 """
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from scaleforge.artifacts.servable import load_servable
 from scaleforge.config.serve import CalibrateConfig, CascadeEntry, ServeConfig, finite_or_inf
 from scaleforge.data import load_arrays
 from scaleforge.routing.cascade import calibrate_thresholds, simulate_cascade
+from scaleforge.storage import write_atomic
 
 
 @dataclass
@@ -108,12 +107,4 @@ def _header(path: Path) -> str:
 
 
 def _write_yaml(target: Path, raw: dict, header: str) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".yaml.tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(header + yaml.safe_dump(raw, sort_keys=False))
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_atomic(target, header + yaml.safe_dump(raw, sort_keys=False))
