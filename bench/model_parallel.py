@@ -33,10 +33,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "platform")]
 
-from scaleforge.config.schema import ParallelSpec  # noqa: E402
+from scaleforge.distributed import ParallelDims  # noqa: E402
 from scaleforge.distributed.memory import memory_held, single_process_memory  # noqa: E402
-from scaleforge.distributed.model_parallel import parallelize  # noqa: E402
+from scaleforge.distributed.strategy import Batch, cross_entropy, parallelize  # noqa: E402
 from scaleforge.models import TransformerSpec, build_model, count_parameters  # noqa: E402
+from scaleforge.models.plans import TRANSFORMER  # noqa: E402
 
 SPEC = TransformerSpec(d_model=256, num_heads=8, num_layers=4, ff_dim=1024, dropout=0.0)
 GLOBAL_BATCH, MICROBATCHES, WARMUP = 64, 8, 2
@@ -60,9 +61,13 @@ def _build(name: str, world: int):
             F.cross_entropy(ddp(x), y).backward()
         return step, model, optimizer, GLOBAL_BATCH // world, None
     layout = _layout(name, world)
-    split = parallelize(model, ParallelSpec(dp=1, microbatches=MICROBATCHES, **layout), torch.device("cpu"))
+    dims = ParallelDims.resolve(world, dp=1, microbatches=MICROBATCHES, **layout)
+    split = parallelize(model, dims, TRANSFORMER, torch.device("cpu"))
     rows = GLOBAL_BATCH // split.data_world
-    return split.train_step, split.module, torch.optim.AdamW(split.module.parameters(), lr=1e-3), rows, split
+
+    def step(x, y):
+        split.train_step(Batch(x, y), cross_entropy)
+    return step, split.module, torch.optim.AdamW(split.module.parameters(), lr=1e-3), rows, split
 
 
 def _stage_time(split, rows: int) -> float:
@@ -85,7 +90,7 @@ def _worker(rank, world, port, name, steps, out):
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
     step, module, optimizer, rows, split = _build(name, world)
-    generator = torch.Generator().manual_seed(rank if split is None or split.parallel.fsdp > 1 else 0)
+    generator = torch.Generator().manual_seed(rank if split is None or split.dims.fsdp_enabled else 0)
     x, y = torch.randn(rows, 40, generator=generator), torch.randint(0, 10, (rows,), generator=generator)
     times = []
     for index in range(WARMUP + steps):

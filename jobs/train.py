@@ -10,7 +10,7 @@ import sys
 from typing import Optional, Sequence
 
 from scaleforge.config import TrainJobConfig, run_job
-from scaleforge.distributed.dp import run_training
+from scaleforge.train import run_training
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -82,7 +82,7 @@ def _registered_checkpoints(snapshot: Path) -> list:
 def train(cluster: Cluster, output: Path) -> dict:
     """Remove a training worker's node once the first checkpoint is registered; the surviving nodes have
     room. 20,000 samples: the four epochs left outlast the ~3 s it takes to declare the node dead."""
-    from scaleforge.distributed.dp import run_training
+    from scaleforge.train import run_training
 
     cfg = load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", [
         "data.num_samples=20000", "optim.epochs=5", "run.max_failures=2", f"run.storage_path={output / 'runs'}",

@@ -16,7 +16,7 @@ from scaleforge.compress.quantize import float_weight_bytes, quantized_weight_by
 from scaleforge.compress.steps import ModelState, apply_step
 from scaleforge.config.compress import FinetuneSpec, LowRankStep, PruneStep, QuantizeStep
 from scaleforge.data import DataSpec, load_arrays
-from scaleforge.distributed.losses import distillation_loss
+from scaleforge.train.hooks import distillation_loss
 from scaleforge.models import build_model
 from scaleforge.models.surgery import layer_shapes
 

@@ -39,12 +39,15 @@ def test_impossible_layout_is_a_clear_config_error(overrides):
 
 
 def test_possible_layouts_fill_in_the_data_parallel_degree():
-    assert load_config(TrainJobConfig, TP, []).parallel.dp == 1
-    dp_tp = load_config(TrainJobConfig, TP, ["scaling.num_workers=4"]).parallel
-    assert (dp_tp.dp, dp_tp.tp) == (2, 2)
-    fsdp_tp = load_config(TrainJobConfig, TP, ["scaling.num_workers=4", "parallel.fsdp=2"]).parallel
-    assert (fsdp_tp.dp, fsdp_tp.fsdp, fsdp_tp.tp) == (1, 2, 2)
-    assert load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", []).parallel.dp == 2
+    """The layout object resolves ``dp`` from the workers; the config the user wrote stays as written."""
+    tp = load_config(TrainJobConfig, TP, [])
+    assert tp.parallel.dp is None and tp.dims.dp == 1
+    dp_tp = load_config(TrainJobConfig, TP, ["scaling.num_workers=4"]).dims
+    assert (dp_tp.dp, dp_tp.tp, dp_tp.world_size) == (2, 2, 4)
+    fsdp_tp = load_config(TrainJobConfig, TP, ["scaling.num_workers=4", "parallel.fsdp=2"]).dims
+    assert (fsdp_tp.dp, fsdp_tp.fsdp, fsdp_tp.tp, fsdp_tp.data_world) == (1, 2, 2, 2)
+    assert fsdp_tp.describe() == "fsdp=2 x tp=2" and fsdp_tp.model_split
+    assert load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", []).dims.dp == 2
 
 
 def test_layout_error_exits_2_without_starting_ray(tmp_path):

@@ -9,7 +9,7 @@ from conftest import REPO
 from scaleforge.artifacts import load_artifact
 from scaleforge.config import TrainJobConfig, load_config
 from scaleforge.data import load_mnist1d
-from scaleforge.distributed.dp import run_training
+from scaleforge.train import run_training
 
 
 def _config(name, tmp_path, *overrides):

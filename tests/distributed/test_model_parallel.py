@@ -12,11 +12,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from scaleforge.config.schema import ParallelSpec
+from scaleforge.distributed import ParallelDims
+from scaleforge.distributed.batches import ReplicatedBatches
 from scaleforge.distributed.memory import memory_held, single_process_memory
-from scaleforge.distributed.model_parallel import load_gathered_weights, parallelize
-from scaleforge.distributed.replicated_data import ReplicatedBatches
+from scaleforge.distributed.mesh import MeshParallel
+from scaleforge.distributed.strategy import Batch, cross_entropy, parallelize
 from scaleforge.models import TransformerSpec, build_model, count_parameters
+from scaleforge.models.plans import TRANSFORMER
 
 TINY = TransformerSpec(d_model=16, num_heads=4, num_layers=2, ff_dim=32, dropout=0.0)
 LARGE = TransformerSpec(d_model=512, num_heads=8, num_layers=8, ff_dim=2048, dropout=0.0)  # 25M parameters
@@ -58,7 +60,7 @@ def _train(split, optimizer, batches):
     losses = []
     for bx, by in batches:
         optimizer.zero_grad()
-        loss, _ = split.train_step(bx, by)
+        loss, _ = split.train_step(Batch(bx, by), cross_entropy)
         optimizer.step()
         mine = torch.tensor([loss.item(), 1.0] if split.reports_metrics else [0.0, 0.0], dtype=torch.float64)
         dist.all_reduce(mine)
@@ -67,7 +69,8 @@ def _train(split, optimizer, batches):
 
 
 def _split(layout, spec=TINY):
-    split = parallelize(_model(spec), ParallelSpec(**{"dp": 1, **layout}), torch.device("cpu"))
+    dims = ParallelDims.resolve(dist.get_world_size(), **{"dp": 1, "microbatches": 4, **layout})
+    split = parallelize(_model(spec), dims, TRANSFORMER, torch.device("cpu"))
     return split, torch.optim.AdamW(split.module.parameters(), lr=LR)
 
 
@@ -143,7 +146,7 @@ def test_sharded_checkpoint_resumes_and_exports_the_whole_model(name, two_ranks,
     expected, weights = reference
     assert ranks[0]["numerics"][name]["resumed"] == pytest.approx(expected[STEPS:], abs=1e-4)
     # The checkpoint (of whichever shards and stages) gathers into the unsplit model, in this process.
-    gathered = load_gathered_weights(folder / name.replace(" ", "_"), build_model(TINY, 40, 10)).state_dict()
+    gathered = MeshParallel.gather(folder / name.replace(" ", "_"), build_model(TINY, 40, 10)).state_dict()
     assert gathered.keys() == weights.keys()
     for key, tensor in weights.items():
         if key.endswith("attention.key.bias"):

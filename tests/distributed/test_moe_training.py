@@ -5,7 +5,7 @@ import pytest
 from conftest import REPO
 from scaleforge.artifacts import load_artifact
 from scaleforge.config import TrainJobConfig, load_config
-from scaleforge.distributed.dp import run_training
+from scaleforge.train import run_training
 
 
 def _train(tmp_path, *overrides):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from scaleforge.distributed import learning_rate_at, peak_learning_rate
+from scaleforge.train.optim import learning_rate_at, peak_learning_rate
 from scaleforge.distributed.checkpoint import load_training_state, read_trainer_state, save_training_state
 
 

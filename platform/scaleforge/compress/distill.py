@@ -11,7 +11,8 @@ import torch
 from scaleforge.config.compress import CompressJobConfig, DistillStep
 from scaleforge.config.schema import ArtifactSpec, TrainJobConfig
 from scaleforge.data.ray_datasets import TrainingData, build_ray_datasets
-from scaleforge.distributed.dp import run_training
+from scaleforge.train import run_training
+from scaleforge.train.hooks import Distillation
 
 
 class _TeacherLogits:
@@ -46,14 +47,13 @@ def distill(step: DistillStep, teacher: str | Path, cfg: CompressJobConfig, fold
     """
     plain = build_ray_datasets(cfg.data)
 
-    def train(target: Path, data: TrainingData, soft: Optional[dict[str, float]]) -> Path:
+    def train(target: Path, data: TrainingData, *hooks: Distillation) -> Path:
         job = TrainJobConfig(data=cfg.data, model=step.student, optim=step.optim, scaling=cfg.scaling,
                              run=cfg.run.model_copy(update={"name": None}), artifact=ArtifactSpec(dir=str(target)))
-        return run_training(job, data=data, distill=soft).artifact
+        return run_training(job, data=data, hooks=hooks).artifact
 
-    soft = {"temperature": step.temperature, "alpha": step.alpha}
-    student = train(folder, with_teacher_logits(plain, teacher), soft)
+    student = train(folder, with_teacher_logits(plain, teacher), Distillation(step.temperature, step.alpha))
     baseline = None
     if step.compare_hard_labels:
-        baseline = train(folder.with_name(folder.name + "-hard-labels"), plain, None)
+        baseline = train(folder.with_name(folder.name + "-hard-labels"), plain)
     return {"student": student, "hard_labels": baseline}

@@ -6,6 +6,7 @@ from pyarrow import ArrowException
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from scaleforge.data import DataSpec, describe
+from scaleforge.distributed.dims import ParallelDims
 from scaleforge.models import CNN1dSpec, ModelSpec, build_model
 
 
@@ -109,11 +110,6 @@ class ParallelSpec(_Section):
     ep: PositiveInt = 1
     """Expert-parallel degree (MoE models): each group of ``ep`` workers splits the experts."""
 
-    @property
-    def model_parallel(self) -> bool:
-        """True when the model itself is split (fsdp, tp or pp): the model-parallel training path."""
-        return max(self.fsdp, self.tp, self.pp) > 1
-
 
 class TrainJobConfig(_Section):
     """``python -m jobs.train``: training on Ray Train, data, expert or model parallel (``parallel``)."""
@@ -155,43 +151,30 @@ class TrainJobConfig(_Section):
         build_model(self.model, info.input_dim, info.num_classes)  # architecture errors surface now
         return self
 
-    def _check_parallel_layout(self) -> None:
-        """Every factor of the layout, checked in one place (torchtitan's ``ParallelDims``)."""
-        parallel, workers = self.parallel, self.scaling.num_workers
-        split = parallel.fsdp * parallel.tp * parallel.pp
-        if parallel.dp is None:
-            if workers % split:
-                raise ValueError(f"parallel.fsdp ({parallel.fsdp}) * tp ({parallel.tp}) * pp ({parallel.pp}) = {split} "
-                                 f"must divide scaling.num_workers ({workers})")
-            parallel.dp = workers // split
-        elif parallel.dp * split != workers:
-            raise ValueError(f"parallel.dp ({parallel.dp}) * fsdp ({parallel.fsdp}) * tp ({parallel.tp}) * pp "
-                             f"({parallel.pp}) = {parallel.dp * split} must equal scaling.num_workers ({workers})")
-        if parallel.ep > 1:
-            self._check_expert_parallel()
-        if parallel.model_parallel:
-            self._check_model_parallel()
+    @property
+    def dims(self) -> ParallelDims:
+        """The resolved parallel layout (``parallel.dp`` filled in from the workers)."""
+        p = self.parallel
+        return ParallelDims.resolve(self.scaling.num_workers, dp=p.dp, fsdp=p.fsdp, tp=p.tp, pp=p.pp, ep=p.ep,
+                                    pp_schedule=p.pp_schedule, microbatches=p.microbatches)
 
-    def _check_expert_parallel(self) -> None:
-        ep, workers = self.parallel.ep, self.scaling.num_workers
-        if self.parallel.model_parallel:
-            raise ValueError(f"parallel.ep ({ep}) combines with data parallelism only, not with parallel.fsdp, tp or pp")
-        moe = self.model if self.model.name == "moe" else getattr(self.model, "moe", None)
-        if moe is None:
-            raise ValueError(f"parallel.ep ({ep}) needs MoE layers: model.name=moe or a transformer with model.moe")
-        if workers % ep:
-            raise ValueError(f"parallel.ep ({ep}) must divide scaling.num_workers ({workers})")
-        if moe.num_experts % ep:
-            raise ValueError(f"parallel.ep ({ep}) must divide the number of experts ({moe.num_experts})")
+    def _check_parallel_layout(self) -> None:
+        """The layout's own rules (:class:`ParallelDims`), then what it asks of the model and the batch."""
+        dims = self.dims
+        if dims.ep_enabled:
+            moe = self.model if self.model.name == "moe" else getattr(self.model, "moe", None)
+            if moe is None:
+                raise ValueError(f"parallel.ep ({dims.ep}) needs MoE layers: model.name=moe or a transformer with model.moe")
+            if moe.num_experts % dims.ep:
+                raise ValueError(f"parallel.ep ({dims.ep}) must divide the number of experts ({moe.num_experts})")
+        if dims.model_split:
+            self._check_model_parallel()
 
     def _check_model_parallel(self) -> None:
         parallel, model = self.parallel, self.model
         split = {name: getattr(parallel, name) for name in ("fsdp", "tp", "pp") if getattr(parallel, name) > 1}
         if self.optim.precision != "fp32":
             raise ValueError(f"parallel.{next(iter(split))} trains in fp32 only; set optim.precision=fp32")
-        if len(split) > 1 and set(split) != {"fsdp", "tp"}:
-            raise ValueError(f"parallel: {' and '.join(f'{k} ({v})' for k, v in split.items())} do not combine; "
-                             "supported: each of fsdp, tp, pp with dp, and fsdp with tp")
         if getattr(model, "moe", None) is not None or model.name in ("moe", "moe_gate"):
             raise ValueError(f"parallel.{next(iter(split))} needs a dense model; MoE layers split with parallel.ep")
         for name in ("tp", "pp"):
@@ -211,6 +194,3 @@ class TrainJobConfig(_Section):
                              "each pipeline stage holds whole layers")
         if batch % parallel.microbatches:
             raise ValueError(f"parallel.microbatches ({parallel.microbatches}) must divide optim.batch_size ({batch})")
-        if parallel.pp_schedule == "1f1b" and parallel.microbatches < parallel.pp:
-            raise ValueError(f"parallel.pp_schedule=1f1b needs parallel.microbatches ({parallel.microbatches}) "
-                             f">= parallel.pp ({parallel.pp})")

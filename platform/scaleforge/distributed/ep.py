@@ -2,18 +2,24 @@
 tokens travel to their experts' ranks and back with ``all_to_all`` (autograd-aware, gloo or NCCL).
 
 Non-expert parameters stay replicated (data parallel); :func:`sync_gradients` averages every
-gradient over the ranks that hold a copy of it.
+gradient over the ranks that hold a copy of it (DDP cannot mix sharded and replicated parameters).
+Which layers hold experts comes from the model's :class:`~scaleforge.distributed.plan.ParallelPlan`.
 """
 
 from dataclasses import dataclass
+from pathlib import Path
 
+import ray.train.torch
 import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dist_nn
 from torch import nn
 
-from scaleforge.models.moe import MoELayer, moe_layers, sorted_assignments
+from scaleforge.distributed.checkpoint import load_model_weights, load_optimizer_state, save_optimizer_state
+from scaleforge.distributed.ddp import DataParallel
+from scaleforge.distributed.strategy import Batch, LossFn
 from scaleforge.routing import Routing
+from scaleforge.routing.capacity import sorted_assignments
 
 
 @dataclass
@@ -51,13 +57,11 @@ def expert_groups(ep: int) -> ExpertGroups:
 
 
 class ExpertParallelDispatch:
-    """A :data:`~scaleforge.models.moe.Dispatcher` that sends tokens to the rank owning their expert."""
+    """A dispatcher (see ``scaleforge.models.moe``) that sends tokens to the rank owning their expert."""
 
     def __init__(self, groups: ExpertGroups, num_experts: int):
-        self.group = groups.expert_group
-        self.ep = groups.ep
-        self.per_rank = num_experts // groups.ep
-        self.num_experts = num_experts
+        self.group, self.ep = groups.expert_group, groups.ep
+        self.per_rank, self.num_experts = num_experts // groups.ep, num_experts
 
     def __call__(self, x: torch.Tensor, routing: Routing, experts: nn.ModuleList, capacity: int):
         _, token, weight, counts = sorted_assignments(routing, self.num_experts, capacity)
@@ -85,32 +89,37 @@ class ExpertParallelDispatch:
         return torch.cat(outputs)
 
 
-def shard_experts(model: nn.Module, groups: ExpertGroups) -> nn.Module:
-    """Keep only this rank's experts in every MoE layer and switch them to all_to_all dispatch."""
-    for layer in moe_layers(model):
-        per_rank = layer.num_experts // groups.ep
+def expert_prefixes(model: nn.Module, layers: list[nn.Module]) -> list[str]:
+    """State-dict prefixes (``name.experts.``) of the experts of ``layers`` inside ``model``."""
+    wanted = {id(layer) for layer in layers}
+    return [f"{name}.experts." for name, module in model.named_modules() if id(module) in wanted]
+
+
+def is_expert_parameter(name: str, prefixes: list[str]) -> bool:
+    return any(name.startswith(prefix) for prefix in prefixes)
+
+
+def shard_experts(layers: list[nn.Module], groups: ExpertGroups) -> None:
+    """Keep only this rank's experts in every expert layer and switch them to all_to_all dispatch."""
+    for layer in layers:
         if layer.num_experts % groups.ep:
             raise ValueError(f"ep ({groups.ep}) must divide num_experts ({layer.num_experts})")
+        per_rank = layer.num_experts // groups.ep
         start = groups.ep_rank * per_rank
         layer.experts = nn.ModuleList(list(layer.experts)[start:start + per_rank])
         layer.dispatcher = ExpertParallelDispatch(groups, layer.num_experts)
         layer.all_reduce = lambda t, g=groups.expert_group: dist_nn.all_reduce(t, group=g)
-    return model
-
-
-def is_expert_parameter(name: str) -> bool:
-    return ".experts." in f".{name}"
 
 
 @torch.no_grad()
-def sync_gradients(model: nn.Module, groups: ExpertGroups) -> None:
+def sync_gradients(model: nn.Module, groups: ExpertGroups, prefixes: list[str]) -> None:
     """Average gradients like DDP would: replicated parameters over all ranks, expert parameters
     over the ranks holding the same experts. Each rank's loss is a mean over its own tokens,
     so every gradient is divided by the world size."""
     for name, param in model.named_parameters():
         if param.grad is None:
             continue
-        if is_expert_parameter(name):
+        if is_expert_parameter(name, prefixes):
             if groups.world > groups.ep:
                 dist.all_reduce(param.grad, group=groups.replica_group)
         else:
@@ -118,22 +127,78 @@ def sync_gradients(model: nn.Module, groups: ExpertGroups) -> None:
         param.grad /= groups.world
 
 
-def gather_expert_state(model: nn.Module, groups: ExpertGroups) -> dict[str, torch.Tensor]:
+def _split_expert_key(name: str, prefixes: list[str]) -> tuple[str, int, str]:
+    prefix = next(p for p in prefixes if name.startswith(p))
+    index, suffix = name[len(prefix):].split(".", 1)
+    return prefix, int(index), suffix
+
+
+def gather_expert_state(model: nn.Module, groups: ExpertGroups, prefixes: list[str]) -> dict[str, torch.Tensor]:
     """The full (unsharded) state dict, assembled on every rank of the expert group."""
-    state = {}
+    state, local = {}, {p: len(model.get_submodule(p[:-len(".experts.")]).experts) for p in prefixes}
     for name, tensor in model.state_dict().items():
-        if not is_expert_parameter(name):
+        if not is_expert_parameter(name, prefixes):
             state[name] = tensor.detach().clone()
             continue
-        prefix, rest = name.split(".experts.", 1)
-        local_index, suffix = rest.split(".", 1)
+        prefix, index, suffix = _split_expert_key(name, prefixes)
         parts = [torch.empty_like(tensor) for _ in range(groups.ep)]
         dist.all_gather(parts, tensor.contiguous(), group=groups.expert_group)
-        per_rank = len(_layer(model, prefix).experts)
         for rank, part in enumerate(parts):
-            state[f"{prefix}.experts.{rank * per_rank + int(local_index)}.{suffix}"] = part
+            state[f"{prefix}{rank * local[prefix] + index}.{suffix}"] = part
     return state
 
 
-def _layer(model: nn.Module, prefix: str) -> MoELayer:
-    return model.get_submodule(prefix)
+def local_expert_state(full: dict[str, torch.Tensor], groups: ExpertGroups, per_rank: dict[str, int],
+                       prefixes: list[str]) -> dict[str, torch.Tensor]:
+    """This rank's part of a full state dict: its own experts, renumbered from 0 (``gather``'s inverse)."""
+    state = {}
+    for name, tensor in full.items():
+        if not is_expert_parameter(name, prefixes):
+            state[name] = tensor
+            continue
+        prefix, index, suffix = _split_expert_key(name, prefixes)
+        owner, local = divmod(index, per_rank[prefix])
+        if owner == groups.ep_rank:
+            state[f"{prefix}{local}.{suffix}"] = tensor
+    return state
+
+
+class ExpertParallel(DataParallel):
+    """Experts split over each group of ``ep`` ranks; everything else replicated like DDP.
+
+    Checkpoints hold the full weights (gathered, written by rank 0) and every rank's own optimiser
+    shard (``optimizer.rank<r>.*``), since optimiser state follows the experts a rank holds.
+    """
+
+    def _wrap(self, model: nn.Module) -> nn.Module:
+        model = ray.train.torch.prepare_model(model, parallel_strategy=None)  # device only, no DDP
+        layers = self.plan.expert_layers(model)
+        self.groups = expert_groups(self.dims.ep)
+        self.prefixes = expert_prefixes(model, layers)
+        self.per_rank = {p: model.get_submodule(p[:-len(".experts.")]).num_experts // self.dims.ep
+                         for p in self.prefixes}
+        shard_experts(layers, self.groups)
+        return model
+
+    def train_step(self, batch: Batch, loss_fn: LossFn) -> tuple[torch.Tensor, torch.Tensor]:
+        loss, logits = super().train_step(batch, loss_fn)
+        sync_gradients(self.module, self.groups, self.prefixes)
+        return loss, logits
+
+    def full_state(self) -> dict[str, torch.Tensor]:
+        return gather_expert_state(self.module, self.groups, self.prefixes)
+
+    def save(self, folder: Path, optimizer: torch.optim.Optimizer) -> bool:
+        super().save(folder, optimizer)  # the gathered weights (and rank 0's optimiser shard) from rank 0
+        if self.data_rank:
+            save_optimizer_state(folder, optimizer, self._shard)
+        return True
+
+    def load(self, folder: Path, optimizer: torch.optim.Optimizer) -> None:
+        full = load_model_weights(folder)
+        self.module.load_state_dict(local_expert_state(full, self.groups, self.per_rank, self.prefixes))
+        load_optimizer_state(folder, optimizer, self._shard)
+
+    @property
+    def _shard(self) -> str:
+        return "" if self.data_rank == 0 else f".rank{self.data_rank}"

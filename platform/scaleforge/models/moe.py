@@ -14,6 +14,7 @@ from torch import nn
 
 from scaleforge.models.cnn1d import conv_blocks
 from scaleforge.routing import Routing, gumbel_gate, load_balancing_loss, noisy_topk_gate, router_z_loss, topk_gate
+from scaleforge.routing.capacity import sorted_assignments
 
 
 class MoESpec(BaseModel):
@@ -126,40 +127,6 @@ class MoELayer(nn.Module):
 
 def _capacity(factor: float, tokens: int, k: int, num_experts: int) -> int:
     return max(1, math.ceil(factor * tokens * k / num_experts))
-
-
-def assignment_order(routing: Routing) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Flatten routing choice-major (every token's first choice before any second choice), the
-    priority order in which capacity is granted (GShard/Switch).
-
-    Returns:
-        (expert, token, weight) per assignment, each of length tokens * k.
-    """
-    tokens, k = routing.experts.shape
-    expert = routing.experts.t().reshape(-1)
-    token = torch.arange(tokens, device=expert.device).repeat(k)
-    weight = routing.weights.t().reshape(-1)
-    return expert, token, weight
-
-
-def within_capacity(expert: torch.Tensor, num_experts: int, capacity: int) -> torch.Tensor:
-    """Mask of the assignments that fit: the first ``capacity`` per expert in priority order."""
-    one_hot = torch.nn.functional.one_hot(expert, num_experts)
-    position = (one_hot.cumsum(dim=0) * one_hot).sum(dim=1) - 1
-    return position < capacity
-
-
-def sorted_assignments(routing: Routing, num_experts: int, capacity: int):
-    """The assignments that fit in capacity, sorted by expert (stable, so priority order holds).
-
-    Returns:
-        (expert, token, weight, counts): per kept assignment, and kept assignments per expert.
-    """
-    expert, token, weight = assignment_order(routing)
-    keep = within_capacity(expert, num_experts, capacity)
-    expert, token, weight = expert[keep], token[keep], weight[keep]
-    order = torch.argsort(expert, stable=True)
-    return expert[order], token[order], weight[order], torch.bincount(expert, minlength=num_experts)
 
 
 def dispatch_local(x: torch.Tensor, routing: Routing, experts: nn.ModuleList, capacity: int):

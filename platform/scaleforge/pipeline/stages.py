@@ -78,7 +78,7 @@ class Pipeline:
         return record
 
     def _train(self, stage: str) -> Record:
-        from scaleforge.distributed.dp import run_training
+        from scaleforge.train import run_training
 
         cfg = self._stage_config(stage, TrainJobConfig, f"artifact.dir={self.out / 'artifacts' / stage}",
                                  f"run.storage_path={self.out / 'runs'}")

@@ -4,3 +4,8 @@
 which trains a :class:`~scaleforge.distributed.ParallelModel` (DDP, expert parallel or a
 device mesh) and lets :class:`~scaleforge.train.hooks.TrainHook` objects ride along.
 """
+
+from scaleforge.train.driver import TrainingResult, run_training
+from scaleforge.train.hooks import TrainHook
+
+__all__ = ["TrainHook", "TrainingResult", "run_training"]

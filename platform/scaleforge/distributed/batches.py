@@ -1,0 +1,101 @@
+"""Where a Ray Train worker's batches come from.
+
+- :class:`ShardBatches`: this rank's Ray Data shard (data and expert parallelism);
+- :class:`MeshBatches`: under model parallelism tensor- and pipeline-parallel ranks must see
+  identical batches, which Ray Data's per-worker split cannot give, so every worker holds the whole
+  (small) dataset as tensors and draws each step's global batch from one seeded permutation
+  (:class:`ReplicatedBatches`); data rank ``r`` of ``n`` takes rows ``[r * b, (r + 1) * b)`` of it.
+  One process with ``n = 1`` and batch ``n * b`` sees the same rows.
+"""
+
+import math
+from collections.abc import Iterator
+
+import ray.train
+import ray.train.torch
+import torch
+
+from scaleforge.distributed.strategy import Batch
+
+_EVAL_ROWS = 1024
+
+
+class ShardBatches:
+    """Seeded, locally shuffled batches of this rank's Ray Data shard; the test shard unshuffled."""
+
+    def __init__(self, batch_size: int, seed: int, num_train: int, world: int, columns: dict[str, torch.dtype]):
+        self.batch_size, self.seed = batch_size, seed
+        self.dtypes = {"x": torch.float32, "y": torch.int64, **columns}
+        self.train_shard, self.test_shard = ray.train.get_dataset_shard("train"), ray.train.get_dataset_shard("test")
+        self.steps_per_epoch = math.ceil((num_train // world) / batch_size)
+        self.eval_rows = _EVAL_ROWS
+
+    def train(self, epoch: int) -> Iterator[Batch]:
+        batches = self.train_shard.iter_torch_batches(
+            batch_size=self.batch_size, dtypes=self.dtypes, device=ray.train.torch.get_device(),
+            local_shuffle_buffer_size=4096, local_shuffle_seed=self.seed + epoch,
+        )
+        for batch in batches:
+            yield Batch(batch.pop("x"), batch.pop("y"), batch)
+
+    def test(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        batches = self.test_shard.iter_torch_batches(batch_size=self.eval_rows, device=ray.train.torch.get_device(),
+                                                     dtypes={"x": torch.float32, "y": torch.int64})
+        return ((batch["x"], batch["y"]) for batch in batches)
+
+
+class ReplicatedBatches:
+    """Seeded, shuffled global batches split by data rank; the last incomplete one is dropped
+    (pipeline shapes are fixed)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, data_rank: int, data_world: int, seed: int):
+        if len(x) < batch_size * data_world:
+            raise ValueError(f"{len(x)} examples cannot fill one global batch of {batch_size} x {data_world}")
+        self.x, self.y = x, y
+        self.batch_size, self.data_rank, self.data_world, self.seed = batch_size, data_rank, data_world, seed
+
+    def __len__(self) -> int:
+        return len(self.x) // (self.batch_size * self.data_world)
+
+    def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """This rank's ``(x, y)`` for every step of ``epoch``."""
+        order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(self.seed + epoch))
+        global_batch = self.batch_size * self.data_world
+        for step in range(len(self)):
+            start = step * global_batch + self.data_rank * self.batch_size
+            rows = order[start:start + self.batch_size]
+            yield self.x[rows], self.y[rows]
+
+
+def data_slice(x: torch.Tensor, y: torch.Tensor, data_rank: int, data_world: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every ``data_world``-th example from ``data_rank``: this rank's share of the test set.
+
+    The last ``len(x) % data_world`` examples are left out: every rank then runs the same number
+    of forward passes, which are collective under FSDP.
+    """
+    usable = len(x) - len(x) % data_world
+    return x[data_rank:usable:data_world], y[data_rank:usable:data_world]
+
+
+class MeshBatches:
+    """The whole dataset on every rank of a mesh, sliced by data rank (see the module docstring)."""
+
+    def __init__(self, batch_size: int, seed: int, data_rank: int, data_world: int, fixed_shapes: bool):
+        x, y = _tensors(ray.train.get_dataset_shard("train"))
+        self.replicated = ReplicatedBatches(x, y, batch_size, data_rank, data_world, seed)
+        self.test_x, self.test_y = data_slice(*_tensors(ray.train.get_dataset_shard("test")), data_rank, data_world)
+        self.steps_per_epoch = len(self.replicated)
+        self.eval_rows = batch_size if fixed_shapes else _EVAL_ROWS
+
+    def train(self, epoch: int) -> Iterator[Batch]:
+        return (Batch(x, y) for x, y in self.replicated.epoch(epoch))
+
+    def test(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        return zip(self.test_x.split(self.eval_rows), self.test_y.split(self.eval_rows))
+
+
+def _tensors(shard) -> tuple[torch.Tensor, torch.Tensor]:
+    """A whole (unsplit) Ray Data iterator as ``(x, y)`` tensors on this rank's device."""
+    batches = list(shard.iter_torch_batches(batch_size=8192, dtypes={"x": torch.float32, "y": torch.int64},
+                                            device=ray.train.torch.get_device()))
+    return torch.cat([b["x"] for b in batches]), torch.cat([b["y"] for b in batches])

@@ -1,0 +1,89 @@
+"""Data parallelism: every rank holds the whole model; DDP all-reduces the gradients.
+
+Checkpoints hold one copy of the weights and of the optimiser state (rank 0's), in safetensors.
+"""
+
+from pathlib import Path
+from typing import Optional
+
+import ray.train
+import ray.train.torch
+import torch
+import torch.distributed as dist
+from ray.train import DataConfig
+from torch import nn
+
+from scaleforge.distributed.batches import ShardBatches
+from scaleforge.distributed.checkpoint import (load_model_weights, load_optimizer_state, save_model_state,
+                                               save_optimizer_state)
+from scaleforge.distributed.dims import ParallelDims
+from scaleforge.distributed.memory import MemoryReport
+from scaleforge.distributed.plan import ParallelPlan
+from scaleforge.distributed.strategy import Batch, LossFn
+
+
+class DataParallel:
+    """The replicated model (Ray Train's ``prepare_model``: DDP when there is more than one rank)."""
+
+    reports_metrics = True
+
+    def __init__(self, model: nn.Module, dims: ParallelDims, plan: ParallelPlan, device: torch.device,
+                 bf16: bool = False):
+        self.dims, self.plan, self.device, self.bf16 = dims, plan, device, bf16
+        self.data_rank = dist.get_rank() if dist.is_initialized() else 0
+        self.data_world = dims.world_size
+        self.model = self._wrap(model)
+        self.module = getattr(self.model, "module", self.model)
+
+    def _wrap(self, model: nn.Module) -> nn.Module:
+        return ray.train.torch.prepare_model(model)
+
+    def batches(self, batch_size: int, seed: int, num_train: int, columns: dict[str, torch.dtype]) -> ShardBatches:
+        return ShardBatches(batch_size, seed, num_train, self.data_world, columns)
+
+    def train_step(self, batch: Batch, loss_fn: LossFn) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.autocast(batch.x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            logits = self.model(batch.x)
+            loss = loss_fn(logits.float(), batch)
+        loss.backward()
+        return loss, logits
+
+    def predict(self, x: torch.Tensor, rows: int) -> torch.Tensor:
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            return self.module(x).float()
+
+    @torch.no_grad()
+    def prepare_eval(self) -> None:
+        """Rank 0's buffers (BatchNorm statistics) on every rank: they are what gets exported."""
+        if dist.is_initialized():
+            for buffer in self.module.buffers():
+                dist.broadcast(buffer, 0)
+
+    def full_state(self) -> dict[str, torch.Tensor]:
+        """The whole model's state dict (collective where the model is sharded)."""
+        return self.module.state_dict()
+
+    def save(self, folder: Path, optimizer: torch.optim.Optimizer) -> bool:
+        state = self.full_state()  # a collective where the model is sharded: every rank calls it
+        if self.data_rank == 0:  # replicated: one copy is enough
+            save_model_state(folder, state)
+            save_optimizer_state(folder, optimizer)
+        return self.data_rank == 0
+
+    def load(self, folder: Path, optimizer: torch.optim.Optimizer) -> None:
+        self.module.load_state_dict(load_model_weights(folder))
+        load_optimizer_state(folder, optimizer)
+
+    def memory(self, optimizer: torch.optim.Optimizer) -> Optional[MemoryReport]:
+        return None
+
+    @staticmethod
+    def data_config() -> DataConfig:
+        """Ray Data splits every dataset across the workers."""
+        return DataConfig()
+
+    @staticmethod
+    def gather(folder: Path, model: nn.Module) -> nn.Module:
+        """Fill the whole, unsplit ``model`` from a checkpoint of this strategy, in one process."""
+        model.load_state_dict(load_model_weights(folder))
+        return model

@@ -1,0 +1,171 @@
+"""Model parallelism on one device mesh (dims ``dp, fsdp, pp, tp``), from PyTorch's own building blocks.
+
+- tensor parallel: DTensor ``parallelize_module`` with the model family's plan (Megatron layout);
+- pipeline parallel: ``torch.distributed.pipelining`` stages cut by the family's plan, micro-batched,
+  with the GPipe or 1F1B schedule;
+- fully sharded: FSDP2 ``fully_shard`` per plan unit and at the root (HSDP when ``dp > 1``).
+
+Checkpoints stay sharded (``torch.distributed.checkpoint``) and are gathered into one full state
+dict in one process for export.
+"""
+
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from ray.train import DataConfig
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import parallelize_module
+
+from scaleforge.distributed.batches import MeshBatches
+from scaleforge.distributed.dims import ParallelDims
+from scaleforge.distributed.memory import MemoryReport, memory_held
+from scaleforge.distributed.plan import ParallelPlan
+from scaleforge.distributed.strategy import Batch, LossFn, cross_entropy
+
+_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+
+
+class MeshParallel:
+    """This rank's part of a model split by ``dims`` on its mesh. Every method is collective."""
+
+    def __init__(self, model: nn.Module, dims: ParallelDims, plan: ParallelPlan, device: torch.device,
+                 bf16: bool = False):
+        if bf16:
+            raise ValueError(f"{dims.describe()} trains in fp32 only")
+        self.dims, self.mesh = dims, dims.build_mesh(device.type)
+        self._loss: Optional[LossFn] = None
+        model.to(device)
+        if dims.tp_enabled:
+            parallelize_module(model, self.mesh["tp"], _required(plan.tensor_parallel, "tensor", dims)(model))
+        if dims.fsdp_enabled:
+            shard_mesh = self.mesh["dp", "fsdp"] if dims.dp > 1 else self.mesh["fsdp"]
+            for unit in plan.fsdp_units(model):  # per unit: only one unit is gathered at a time
+                fully_shard(unit, mesh=shard_mesh)
+            fully_shard(model, mesh=shard_mesh)
+        self.schedule = None
+        if dims.pp_enabled:
+            stage = self.mesh.get_local_rank("pp")
+            _required(plan.pipeline_stage, "pipeline", dims)(model, stage, dims.pp)
+            pipeline = PipelineStage(model, stage, dims.pp, device, group=self.mesh["pp"].get_group())
+            self.schedule = _SCHEDULES[dims.pp_schedule](pipeline, dims.microbatches, loss_fn=self._stage_loss)
+        self.module = model
+
+    @property
+    def data_rank(self) -> int:
+        """Which slice of each global batch this rank trains on (tp and pp ranks share a slice)."""
+        return self.mesh.get_local_rank("dp") * self.dims.fsdp + self.mesh.get_local_rank("fsdp")
+
+    @property
+    def data_world(self) -> int:
+        return self.dims.data_world
+
+    @property
+    def reports_metrics(self) -> bool:
+        """One rank per data slice sees the logits: the last pipeline stage, tensor-parallel rank 0."""
+        return self.mesh.get_local_rank("pp") == self.dims.pp - 1 and self.mesh.get_local_rank("tp") == 0
+
+    def batches(self, batch_size: int, seed: int, num_train: int, columns: dict[str, torch.dtype]) -> MeshBatches:
+        if columns:
+            raise ValueError(f"{self.dims.describe()} reads x and y only, not {', '.join(columns)}; "
+                             "train with data parallelism")
+        return MeshBatches(batch_size, seed, self.data_rank, self.data_world, fixed_shapes=self.schedule is not None)
+
+    def train_step(self, batch: Batch, loss_fn: LossFn) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """Forward and backward of one batch; gradients end up averaged over the data slices."""
+        if self.schedule is not None:
+            self._loss = loss_fn
+            loss, logits = self._pipeline(batch.x, batch.y, train=True)
+        else:
+            logits = self.module(batch.x)
+            loss = loss_fn(logits, batch)
+            loss.backward()
+        if self.dims.dp > 1 and not self.dims.fsdp_enabled:  # FSDP (HSDP) reduces over dp itself
+            average_gradients(self.module, self.mesh["dp"].get_group(), self.dims.dp)
+        return (loss, logits) if self.reports_metrics else (None, None)
+
+    @torch.no_grad()
+    def predict(self, x: torch.Tensor, rows: int) -> Optional[torch.Tensor]:
+        """A pipeline's shapes are fixed at its first step, so its batches are padded to ``rows``."""
+        if self.schedule is None:
+            logits = self.module(x)
+            return logits if self.reports_metrics else None
+        count = len(x)
+        padded = torch.cat([x, x.new_zeros(rows - count, *x.shape[1:])])
+        _, logits = self._pipeline(padded, torch.zeros(rows, dtype=torch.int64, device=x.device), train=False)
+        return None if logits is None or not self.reports_metrics else logits[:count]
+
+    def prepare_eval(self) -> None:
+        """Nothing to do: every rank's shards are the exported weights."""
+
+    def _stage_loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return (self._loss or cross_entropy)(output, Batch(x=output.new_empty(0), y=target))
+
+    def _pipeline(self, x: torch.Tensor, y: torch.Tensor, train: bool):
+        stage, losses = self.mesh.get_local_rank("pp"), []
+        first, last = stage == 0, stage == self.dims.pp - 1
+        run = self.schedule.step if train else self.schedule.eval
+        logits = run(*((x,) if first else ()), **(dict(target=y, losses=losses) if last else {}))
+        return (torch.stack(losses).mean().detach() if last else None), (logits if last else None)
+
+    def memory(self, optimizer: torch.optim.Optimizer) -> MemoryReport:
+        return memory_held(self.module, optimizer)
+
+    def save(self, folder: Path, optimizer: torch.optim.Optimizer) -> bool:
+        """Each rank writes its own ``__<rank>_*.distcp`` shards and rank 0 the ``.metadata``, so the
+        folders of all ranks merged (as Ray Train does with reported checkpoints) form the checkpoint."""
+        dcp.save(self._state(optimizer), checkpoint_id=str(folder))
+        return True
+
+    def load(self, folder: Path, optimizer: torch.optim.Optimizer) -> None:
+        state = self._state(optimizer)
+        dcp.load(state, checkpoint_id=str(folder))
+        set_state_dict(self.module, optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state[self._optimizer_key])
+
+    def _state(self, optimizer: torch.optim.Optimizer) -> dict:
+        model_state, optimizer_state = get_state_dict(self.module, optimizer)
+        return {"model": model_state, self._optimizer_key: optimizer_state}
+
+    @property
+    def _optimizer_key(self) -> str:
+        # Pipeline stages hold different parameters: their param_groups must not overwrite each other.
+        return f"optimizer.stage{self.mesh.get_local_rank('pp')}"
+
+    @staticmethod
+    def data_config() -> DataConfig:
+        """Every worker reads the whole dataset in one fixed order, so ranks sharing a slice take the same rows."""
+        options = DataConfig.default_ingest_options()
+        options.preserve_order = True
+        return DataConfig(datasets_to_split=[], execution_options=options)
+
+    @staticmethod
+    def gather(folder: Path, model: nn.Module) -> nn.Module:
+        """Fill the whole, unsplit ``model`` from a sharded checkpoint, in one process (no process
+        group): DCP reassembles each tensor from the shards of every rank and stage that wrote it."""
+        state = {"model": model.state_dict()}
+        dcp.load(state, checkpoint_id=str(folder), no_dist=True)
+        model.load_state_dict(state["model"])
+        return model
+
+
+def _required(part, kind: str, dims: ParallelDims):
+    if part is None:
+        raise ValueError(f"{dims.describe()}: this model family has no {kind}-parallel plan")
+    return part
+
+
+@torch.no_grad()
+def average_gradients(module: nn.Module, group: dist.ProcessGroup, size: int) -> None:
+    """Average every gradient (its local shard, for DTensors) over the data-parallel ``group``."""
+    for param in module.parameters():
+        if param.grad is not None:
+            grad = param.grad.to_local() if isinstance(param.grad, DTensor) else param.grad
+            dist.all_reduce(grad, group=group)
+            grad /= size

@@ -1,0 +1,116 @@
+"""One strategy per parallelism behind one small protocol: how a rank trains, evaluates and checkpoints.
+
+- :class:`~scaleforge.distributed.ddp.DataParallel`: the model replicated, gradients all-reduced (DDP);
+- :class:`~scaleforge.distributed.ep.ExpertParallel`: MoE experts split over ``ep`` ranks, the rest replicated;
+- :class:`~scaleforge.distributed.mesh.MeshParallel`: the model split on a device mesh (fsdp, tp, pp, with dp).
+
+The worker loop only talks to :class:`ParallelModel`; :func:`strategy_for` is the one place that
+asks which strategy a layout needs.
+"""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from scaleforge.distributed.dims import ParallelDims
+from scaleforge.distributed.memory import MemoryReport
+from scaleforge.distributed.plan import ParallelPlan
+
+
+@dataclass
+class Batch:
+    """One training batch on this rank: features, labels, and the extra columns hooks asked for."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+LossFn = Callable[[torch.Tensor, Batch], torch.Tensor]
+"""``(logits, batch) -> scalar loss``: the task loss the trainer composes (with its hooks)."""
+
+
+def cross_entropy(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """The plain classification loss on the batch's labels."""
+    return F.cross_entropy(logits, batch.y)
+
+
+class WorkerBatches(Protocol):
+    """Where a rank's batches come from (a Ray Data shard, or rows replicated across a mesh)."""
+
+    steps_per_epoch: int
+    eval_rows: int
+    """Largest test batch (a pipeline's shapes are fixed by its training batch)."""
+
+    def train(self, epoch: int) -> Iterator[Batch]: ...
+
+    def test(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
+
+
+class ParallelModel(Protocol):
+    """This rank's part of the model and how it trains. Methods marked collective are called by
+    every rank in the same order."""
+
+    module: nn.Module
+    """The parameters this rank holds: the whole model, its shards, or one pipeline stage."""
+    data_rank: int
+    data_world: int
+    reports_metrics: bool
+    """Whether this rank sees the logits of its data slice (once per slice, so sums count each example once)."""
+
+    def batches(self, batch_size: int, seed: int, num_train: int, columns: dict[str, torch.dtype]) -> WorkerBatches:
+        """This rank's training and test batches (``columns``: extra dataset columns to read)."""
+
+    def train_step(self, batch: Batch, loss_fn: LossFn) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """Forward and backward (collective); gradients end up averaged over the data slices.
+        Returns ``(loss, logits)``, or ``(None, None)`` on ranks that do not report metrics."""
+
+    def predict(self, x: torch.Tensor, rows: int) -> Optional[torch.Tensor]:
+        """Logits (collective), ``None`` on ranks that do not report metrics."""
+
+    def prepare_eval(self) -> None:
+        """Make every rank evaluate exactly the weights that get exported (collective)."""
+
+    def save(self, folder: Path, optimizer: torch.optim.Optimizer) -> bool:
+        """Write this rank's part of the checkpoint into ``folder`` (collective); whether it wrote files."""
+
+    def load(self, folder: Path, optimizer: torch.optim.Optimizer) -> None:
+        """Restore this rank's model and optimiser state from a checkpoint folder (collective)."""
+
+    def memory(self, optimizer: torch.optim.Optimizer) -> Optional[MemoryReport]:
+        """Model-state bytes this rank holds, where the strategy splits them (``None``: replicated)."""
+
+
+def strategy_for(dims: ParallelDims) -> type:
+    """The strategy class that trains ``dims``; it also reads its checkpoints back in one process
+    (``gather``) and tells Ray Train how to split the datasets (``data_config``)."""
+    if dims.model_split:
+        from scaleforge.distributed.mesh import MeshParallel
+
+        return MeshParallel
+    if dims.ep_enabled:
+        from scaleforge.distributed.ep import ExpertParallel
+
+        return ExpertParallel
+    from scaleforge.distributed.ddp import DataParallel
+
+    return DataParallel
+
+
+def parallelize(model: nn.Module, dims: ParallelDims, plan: ParallelPlan, device: torch.device,
+                bf16: bool = False) -> ParallelModel:
+    """Split ``model`` (identically initialised on every rank) by ``dims`` with its family's ``plan``.
+
+    Args:
+        model: The whole model, same seed on every rank.
+        dims: A resolved layout whose world size is the process group's.
+        plan: The model family's plan (``scaleforge.models.plans.parallel_plan``).
+        device: This rank's device.
+        bf16: Autocast forward passes to bf16 (data and expert parallel; the mesh trains in fp32).
+    """
+    return strategy_for(dims)(model, dims, plan, device, bf16)

@@ -1,0 +1,61 @@
+"""Each model family's parallel plan: which modules split how (the strategies stay model-agnostic).
+
+- transformer: Megatron layout for tensor parallelism (each layer's query/key/value and first
+  feed-forward projection column-wise, so attention heads are split across ranks; the attention
+  output and second feed-forward projection row-wise: one all-reduce each); pipeline stages of
+  consecutive layers; every layer its own FSDP unit; MoE feed-forward layers for expert parallelism;
+- moe: its MoE blocks for expert parallelism;
+- mlp, cnn1d, moe_gate: data parallelism and FSDP as one unit.
+"""
+
+from torch import nn
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+from scaleforge.distributed.plan import DENSE, ParallelPlan
+from scaleforge.models.moe import moe_layers
+
+_COLUMNWISE = ("attention.query", "attention.key", "attention.value", "ff_in")
+_ROWWISE = ("attention.out", "ff_out")
+
+
+def transformer_tensor_plan(model: nn.Module) -> dict:
+    """Column-wise in, row-wise out in every encoder layer; embedding, norms and head replicated."""
+    plan = {}
+    for name in model.layers:
+        plan.update({f"layers.{name}.{linear}": ColwiseParallel() for linear in _COLUMNWISE})
+        plan.update({f"layers.{name}.{linear}": RowwiseParallel() for linear in _ROWWISE})
+    return plan
+
+
+def stage_layers(num_layers: int, stages: int) -> list[range]:
+    """Consecutive layers per pipeline stage, as even as possible (earlier stages get the extra)."""
+    bounds = [round(i * num_layers / stages) for i in range(stages + 1)]
+    return [range(bounds[i], bounds[i + 1]) for i in range(stages)]
+
+
+def transformer_stage(model: nn.Module, stage: int, stages: int) -> nn.Module:
+    """Reduce ``model`` in place to pipeline stage ``stage`` of ``stages``.
+
+    The stage keeps its layers under their original names (so checkpoints of all stages together
+    form the full state dict); the first stage keeps the embedding, the last the norm and head.
+    """
+    kept = stage_layers(len(model.layers), stages)[stage]
+    for name in list(model.layers):
+        if int(name) not in kept:
+            del model.layers[name]
+    if stage > 0:
+        model.embed, model.position = None, None
+    if stage < stages - 1:
+        model.norm, model.head = None, None
+    return model
+
+
+TRANSFORMER = ParallelPlan(tensor_parallel=transformer_tensor_plan, pipeline_stage=transformer_stage,
+                           fsdp_units=lambda model: list(model.layers.values()), expert_layers=moe_layers)
+MOE = ParallelPlan(expert_layers=moe_layers)
+PLANS = {"transformer": TRANSFORMER, "moe": MOE}
+
+
+def parallel_plan(model_name: str) -> ParallelPlan:
+    """The plan of a registered model family (``DENSE`` for families that split no other way)."""
+    return PLANS.get(model_name, DENSE)

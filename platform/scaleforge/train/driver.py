@@ -1,0 +1,119 @@
+"""The training driver: build the ``TorchTrainer``, run it, export the model as an artifact."""
+
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchConfig, TorchTrainer
+
+from scaleforge.artifacts import save_artifact
+from scaleforge.config.schema import TrainJobConfig
+from scaleforge.data.ray_datasets import TrainingData, build_ray_datasets
+from scaleforge.distributed.checkpoint import read_trainer_state
+from scaleforge.distributed.memory import describe_memory
+from scaleforge.distributed.strategy import strategy_for
+from scaleforge.models import build_model, count_parameters
+from scaleforge.runtime import ensure_ray
+from scaleforge.train.hooks import TrainHook, default_hooks
+from scaleforge.train.loop import WorkerRun, train_loop_per_worker
+
+_REPORTED = ("test_accuracy", "test_loss", "train_accuracy", "train_loss")
+
+
+@dataclass
+class TrainingResult:
+    """What a finished training run produced."""
+
+    metrics: dict[str, Any]
+    history: list[dict[str, Any]]
+    artifact: Path
+    checkpoint_path: str
+    num_workers: int
+    num_parameters: int
+    wall_s: float
+    notes: list[str]
+    """The hooks' summary lines."""
+
+    def summary(self) -> str:
+        lines = [
+            f"test accuracy {self.metrics['test_accuracy']:.4f} (loss {self.metrics['test_loss']:.4f}) "
+            f"after {len(self.history)} epochs on {self.num_workers} workers, {self.wall_s:.1f} s wall-clock",
+            *self.notes,
+        ]
+        if "memory_per_worker" in self.metrics:
+            lines.append(describe_memory(self.metrics))
+        if self.metrics.get("resumed_from_epoch"):
+            lines.append(f"resumed from the checkpoint of epoch {self.metrics['resumed_from_epoch']} after a failure")
+        lines.append(f"artifact: {self.artifact} ({self.num_parameters:,} parameters)")
+        lines.append(f"checkpoints: {self.checkpoint_path}")
+        return "\n".join(lines)
+
+
+def run_training(cfg: TrainJobConfig, *, data: Optional[TrainingData] = None,
+                 hooks: Sequence[TrainHook] = ()) -> TrainingResult:
+    """Train ``cfg.model`` on Ray Train with the layout ``cfg.parallel`` and export it as an artifact.
+
+    Args:
+        cfg: A validated job config.
+        data: Prebuilt datasets (default: built from ``cfg.data``).
+        hooks: Hooks to run besides the ones ``cfg`` asks for (e.g. :class:`~scaleforge.train.hooks.Distillation`).
+
+    Returns:
+        The final metrics, the per-epoch history and the artifact folder.
+    """
+    started = time.perf_counter()
+    dims, scaling = cfg.dims, cfg.scaling
+    hooks = [*default_hooks(cfg), *hooks]
+    for hook in hooks:
+        hook.check(dims)
+    ensure_ray(min_cpus=scaling.num_workers * scaling.resources_per_worker.get("CPU", 1) + 2)
+    data = data or build_ray_datasets(cfg.data)
+    strategy = strategy_for(dims)
+    run_name = cfg.run.name or f"train-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={"run": WorkerRun(cfg, dims, asdict(data.info), hooks)},
+        scaling_config=ScalingConfig(num_workers=scaling.num_workers, use_gpu=scaling.use_gpu,
+                                     resources_per_worker=dict(scaling.resources_per_worker)),
+        torch_config=TorchConfig(backend="nccl" if scaling.use_gpu else "gloo"),
+        run_config=RunConfig(
+            name=run_name,
+            storage_path=_storage_uri(cfg.run.storage_path),
+            failure_config=FailureConfig(max_failures=cfg.run.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
+            logging_config=LoggingConfig(log_level=cfg.run.log_level),
+        ),
+        datasets=data.datasets,
+        dataset_config=strategy.data_config(),
+    )
+    result = trainer.fit()
+    with result.checkpoint.as_directory() as folder:
+        state = read_trainer_state(Path(folder))
+        model = strategy.gather(Path(folder), build_model(cfg.model, data.info.input_dim, data.info.num_classes))
+    final = state["history"][-1]
+    shapes = {"input_dim": data.info.input_dim, "num_classes": data.info.num_classes,
+              "dataset": {"source": cfg.data.source, "fingerprint": data.fingerprint, **asdict(data.info)}}
+    training = {"job": "train", "run": run_name, "checkpoint": result.checkpoint.path, "num_workers": scaling.num_workers,
+                "epochs": len(state["history"]), "parallel": dims.to_dict()}
+    extra = {}
+    for hook in hooks:
+        entries = hook.export(cfg.artifact.dir, model, cfg.model, **shapes)
+        training.update(entries.pop("training", {}))
+        extra.update(entries)
+    artifact = save_artifact(cfg.artifact.dir, model, cfg.model, metrics={k: final[k] for k in _REPORTED},
+                             extra={"training": training, **extra}, **shapes)
+    metrics = {**final, "resumed_from_epoch": state["resumed_from_epoch"], **state.get("memory", {})}
+    return TrainingResult(
+        metrics=metrics, history=state["history"], artifact=artifact, checkpoint_path=result.checkpoint.path,
+        num_workers=scaling.num_workers, num_parameters=count_parameters(model),
+        wall_s=time.perf_counter() - started, notes=[line for hook in hooks for line in hook.summary(metrics)],
+    )
+
+
+def _storage_uri(storage_path: str) -> str:
+    if "://" in storage_path:
+        return storage_path  # s3://, gs://, ... go through Ray's (pyarrow) storage layer unchanged
+    return str(Path(storage_path).expanduser().resolve())

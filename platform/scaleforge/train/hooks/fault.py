@@ -1,0 +1,28 @@
+"""Fault injection: a worker dies mid-epoch, to prove that the run resumes from its checkpoint."""
+
+import logging
+import os
+from dataclasses import dataclass
+
+import ray.train
+from ray.train import CheckpointConsistencyMode
+
+from scaleforge.train.hooks.base import TrainHook, WorkerContext
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class KillWorker(TrainHook):
+    """The last rank exits (``os._exit(1)``) halfway through ``epoch`` (1-based), on the first attempt only."""
+
+    epoch: int
+
+    def on_step(self, ctx: WorkerContext, epoch: int, step: int) -> None:
+        if (epoch + 1, step) != (self.epoch, ctx.steps_per_epoch // 2) or ctx.start_epoch or ctx.rank != ctx.world - 1:
+            return
+        # Ray Train commits a reported checkpoint when its controller next polls the workers;
+        # wait for that so the crash always lands after a durable checkpoint.
+        ray.train.get_all_reported_checkpoints(CheckpointConsistencyMode.COMMITTED, timeout_s=60)
+        _log.warning(f"[fault] rank {ctx.rank} exits in epoch {self.epoch} (fault.kill_worker_at_epoch)")
+        os._exit(1)

@@ -1,0 +1,149 @@
+"""The worker loop: what every Ray Train worker runs, whatever the parallelism.
+
+Resumes from ``ray.train.get_checkpoint()`` when the worker group was restarted; reports metrics
+every epoch and a checkpoint every ``run.checkpoint_every`` epochs.
+"""
+
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray.train
+import ray.train.torch
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from ray.train import Checkpoint
+
+from scaleforge.distributed.checkpoint import read_trainer_state, write_trainer_state
+from scaleforge.distributed.dims import ParallelDims
+from scaleforge.distributed.memory import describe_memory, gather_memory, single_process_memory
+from scaleforge.distributed.strategy import ParallelModel, WorkerBatches, parallelize
+from scaleforge.models import build_model
+from scaleforge.models.moe import auxiliary_loss
+from scaleforge.models.plans import parallel_plan
+from scaleforge.train.hooks import Hooks, TrainHook, WorkerContext
+from scaleforge.train.optim import Schedule, make_optimizer
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerRun:
+    """What the driver hands every worker (``train_loop_config["run"]``)."""
+
+    job: Any
+    """The validated ``TrainJobConfig``."""
+    dims: ParallelDims
+    info: dict[str, int]
+    """``num_train``, ``input_dim``, ``num_classes`` of the dataset."""
+    hooks: list[TrainHook]
+
+
+def train_loop_per_worker(config: dict[str, Any]) -> None:
+    """Ray Train's per-worker function: one rank of the run."""
+    run: WorkerRun = config["run"]
+    job, optim = run.job, run.job.optim
+    logging.getLogger("ray.train").setLevel(job.run.log_level)  # per-report INFO lines drown the progress
+    context = ray.train.get_context()
+    rank, world = context.get_world_rank(), context.get_world_size()
+    device = ray.train.torch.get_device()
+    if device.type == "cpu":
+        torch.set_num_threads(max(1, int(job.scaling.resources_per_worker.get("CPU", 1))))
+    torch.manual_seed(optim.seed)
+
+    model = build_model(job.model, run.info["input_dim"], run.info["num_classes"])
+    reference = single_process_memory(model, optim.optimizer)
+    parallel = parallelize(model, run.dims, parallel_plan(job.model.name), device, bf16=optim.precision == "bf16")
+    optimizer = make_optimizer(parallel.module, optim)
+    state = {"epoch": -1, "step": 0, "history": [], "memory": {}}
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as folder:
+            parallel.load(Path(folder), optimizer)
+            state = read_trainer_state(Path(folder))
+    start_epoch = state["epoch"] + 1
+    state["resumed_from_epoch"] = start_epoch
+    hooks = Hooks(run.hooks)
+    data = parallel.batches(optim.batch_size, optim.seed, run.info["num_train"], hooks.columns)
+    schedule = Schedule(optim, data.steps_per_epoch, parallel.data_world)
+    ctx = WorkerContext(rank, world, start_epoch, data.steps_per_epoch, parallel)
+    loss_fn = hooks.loss_fn(lambda: auxiliary_loss(parallel.module))
+
+    for epoch in range(start_epoch, optim.epochs):
+        began = time.perf_counter()
+        hooks.on_epoch_start(ctx, epoch)
+        parallel.module.train()
+        train, lr = torch.zeros(3, dtype=torch.float64), 0.0  # loss sum, correct, seen
+        for index, batch in enumerate(data.train(epoch)):
+            hooks.on_step(ctx, epoch, index)
+            lr = schedule(state["step"])
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            optimizer.zero_grad(set_to_none=True)
+            loss, logits = parallel.train_step(batch, loss_fn)
+            optimizer.step()
+            state["step"] += 1
+            if logits is not None:
+                train += torch.tensor([loss.item() * len(logits), (logits.argmax(1) == batch.y).sum().item(), len(logits)])
+        elapsed = torch.tensor([time.perf_counter() - began])
+        extra = hooks.epoch_metrics(ctx)  # before evaluation, which is no training
+        if not state["memory"] and (held := parallel.memory(optimizer)) is not None:
+            state["memory"] = gather_memory(held, reference)  # after the first step every state exists
+            if rank == 0:
+                _log.info(describe_memory(state["memory"]))
+        test = _evaluate(parallel, data)
+        if world > 1:
+            for totals in (train, test):
+                dist.all_reduce(totals)
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        metrics = {"epoch": epoch + 1, "train_loss": (train[0] / train[2]).item(),
+                   "train_accuracy": (train[1] / train[2]).item(), "test_loss": (test[0] / test[2]).item(),
+                   "test_accuracy": (test[1] / test[2]).item(), "lr": lr, "samples_per_s": train[2].item() / elapsed.item(),
+                   "epoch_s": elapsed.item(), "resumed_from_epoch": start_epoch, **extra}
+        state["history"].append(metrics)
+        state["epoch"] = epoch
+        if rank == 0:
+            _log.info(_progress(metrics, optim.epochs))
+        _report(metrics, state, job.run, optim.epochs, rank, parallel, optimizer)
+
+
+def _progress(metrics: dict[str, Any], epochs: int) -> str:
+    line = (f"[train] epoch {metrics['epoch']}/{epochs}  loss {metrics['train_loss']:.4f}  "
+            f"train_acc {metrics['train_accuracy']:.4f}  test_acc {metrics['test_accuracy']:.4f}  "
+            f"lr {metrics['lr']:.2e}  {metrics['samples_per_s']:,.0f} samples/s  ({metrics['epoch_s']:.1f}s)")
+    if "expert_load_cv" in metrics:
+        line += f"  expert load cv {metrics['expert_load_cv']:.3f} dropped {metrics['expert_dropped_fraction']:.3f}"
+    return line
+
+
+@torch.no_grad()
+def _evaluate(parallel: ParallelModel, data: WorkerBatches) -> torch.Tensor:
+    """[loss sum, correct, count] on this rank's test batches (every rank runs the same number of
+    forward passes: they are collective under expert and model parallelism)."""
+    parallel.prepare_eval()
+    parallel.module.eval()
+    totals = torch.zeros(3, dtype=torch.float64)
+    for x, y in data.test():
+        logits = parallel.predict(x, data.eval_rows)
+        if logits is not None:
+            totals += torch.tensor([F.cross_entropy(logits, y, reduction="sum").item(),
+                                    (logits.argmax(1) == y).sum().item(), len(logits)])
+    return totals
+
+
+def _report(metrics, state, run, epochs: int, rank: int, parallel: ParallelModel, optimizer) -> None:
+    """Report the epoch's metrics, with a checkpoint every ``run.checkpoint_every`` epochs and after the last."""
+    epoch = metrics["epoch"]
+    if epoch % run.checkpoint_every and epoch != epochs:
+        ray.train.report(metrics)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        # Ray Train gathers every reporting rank's files into one checkpoint folder.
+        writes = parallel.save(Path(folder), optimizer)
+        if rank == 0:
+            write_trainer_state(Path(folder), state)
+        ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder) if writes or rank == 0 else None)
