@@ -1,15 +1,29 @@
 """Data-parallel training on a real local Ray cluster: accuracy bars, fault tolerance, Parquet input."""
 
+import sys
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import ray.cloudpickle
 
 from conftest import REPO
 from scaleforge.artifacts import load_artifact
 from scaleforge.config import TrainJobConfig, load_config
 from scaleforge.data import load_mnist1d
-from scaleforge.train import run_training
+from scaleforge.train import TrainHook, run_training
+
+
+class ParameterNorm(TrainHook):
+    """A user's own hook, one class: the L2 norm of the weights after every epoch, in the metrics."""
+
+    def epoch_metrics(self, ctx):
+        return {"parameter_norm": float(sum(p.detach().double().pow(2).sum() for p in ctx.model.module.parameters()) ** 0.5)}
+
+
+# Ray's workers cannot import a test module: ship its classes by value (as for a script's __main__).
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def _config(name, tmp_path, *overrides):
@@ -57,8 +71,13 @@ def test_parquet_input_and_storage_uri(ray_cluster, tmp_path):
     cfg = _config("train_dp.yaml", tmp_path, f"data.source={tmp_path / 'train.parquet'}",
                   f"data.test_path={tmp_path / 'test.parquet'}", "optim.epochs=3",
                   f"run.storage_path=file://{tmp_path / 'uri-runs'}")
-    result = run_training(cfg)
+    result = run_training(cfg, hooks=[ParameterNorm()])
     assert result.metrics["test_accuracy"] > 0.6
+    # The hook's metric rode along every epoch and describes the weights that were exported.
+    assert len({h["parameter_norm"] for h in result.history}) == 3
+    exported = load_artifact(result.artifact).model
+    assert result.metrics["parameter_norm"] == pytest.approx(
+        float(sum(p.detach().double().pow(2).sum() for p in exported.parameters()) ** 0.5), rel=1e-6)
     assert result.checkpoint_path.startswith(str(tmp_path / "uri-runs"))
     manifest = load_artifact(result.artifact).manifest
     assert manifest["dataset"]["num_train"] == 3200 and manifest["dataset"]["fingerprint"].startswith("sha256:")

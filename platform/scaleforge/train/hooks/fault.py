@@ -18,8 +18,13 @@ class KillWorker(TrainHook):
 
     epoch: int
 
+    def fires(self, ctx: WorkerContext, epoch: int, step: int) -> bool:
+        """Whether this rank dies before this step: the last rank, halfway through the epoch, first attempt."""
+        return (epoch + 1, step) == (self.epoch, ctx.steps_per_epoch // 2) and not ctx.start_epoch \
+            and ctx.rank == ctx.world - 1
+
     def on_step(self, ctx: WorkerContext, epoch: int, step: int) -> None:
-        if (epoch + 1, step) != (self.epoch, ctx.steps_per_epoch // 2) or ctx.start_epoch or ctx.rank != ctx.world - 1:
+        if not self.fires(ctx, epoch, step):
             return
         # Ray Train commits a reported checkpoint when its controller next polls the workers;
         # wait for that so the crash always lands after a durable checkpoint.
