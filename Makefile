@@ -9,7 +9,7 @@ TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 CONFIG ?= configs/train_dp.yaml
 
-.PHONY: install demo test test-fast gpu-check bench submit clean
+.PHONY: install demo test test-fast gpu-check bench docs submit clean
 
 install: $(STAMP)
 
@@ -45,6 +45,10 @@ bench: install
 		else mv bench/results/$$b.out bench/results/$$b.failed; failed="$$failed $$b"; fi; done; \
 	$(BIN)/python bench/readme_tables.py README.md bench/results; \
 	if [ -n "$$failed" ]; then echo "make bench: failed:$$failed (see bench/results/*.failed)" >&2; exit 1; fi
+
+# The config reference, generated from the schemas' field docstrings (tests/tools/test_docs.py fails on drift).
+docs: install
+	$(BIN)/python -m scaleforge.config.reference docs/config.md
 
 # Submit a job to a running cluster (RAY_ADDRESS, default the local head's dashboard).
 submit: install
