@@ -1,12 +1,60 @@
 """The documentation stays true: a short front page, paths that exist, a config reference that matches the schemas."""
 
 import difflib
+import re
 from typing import Annotated, Literal, Optional, Union
 
+import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from conftest import REPO
 from scaleforge.config.reference import render
+
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+# A repository path in prose or code: `tests/serving/test_serving_http.py`, `configs/serve.yaml`, `docs/results.md`.
+# Placeholders (`bench/results/<name>.failed`, `tests/<area>/test_*.py`) are not paths and do not match.
+REPO_PATH = re.compile(r"(?<![\w./-])((?:bench|configs|docs|jobs|platform|serving|tests)/[\w./-]*\w)(?![\w/<*-])")
+TEST_NAME = re.compile(r"(?<![\w./-])((?:bench|tests)/[\w./-]*\.py)::(\w+)")
+LINK = re.compile(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)")
+
+
+def _anchors(page) -> set[str]:
+    """GitHub's heading anchors (lower case, punctuation dropped, spaces to hyphens) and explicit ids."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.MULTILINE | re.DOTALL)  # shell comments are no headings
+    headings = re.findall(r"^#+ (.+)$", text, re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings} | set(re.findall(r'id="([^"]+)"', text))
+
+
+def test_the_readme_is_a_front_page_of_at_most_150_lines():
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines; move detail into docs/"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_history_stays_in_the_commits(page):
+    hashes = [h for h in re.findall(r"\b[0-9a-f]{7,40}\b", page.read_text()) if re.search(r"[a-f]", h) and re.search(r"\d", h)]
+    assert not hashes, f"{page.relative_to(REPO)} names commits ({', '.join(hashes)}); history belongs in commit messages"
+
+
+def test_the_docs_pages_exist():
+    names = {page.name for page in PAGES}
+    for page in ("training.md", "paramserver.md", "compression.md", "serving.md", "cluster.md", "artifacts.md",
+                 "config.md", "results.md"):
+        assert page in names, f"docs/{page} is missing"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_every_path_and_link_in_the_docs_exists(page):
+    text = page.read_text()
+    missing = [path for path in REPO_PATH.findall(text) if not (REPO / path).exists()]
+    links = [((page.parent / link).resolve() if link else page, anchor) for link, anchor in LINK.findall(text) if "://" not in link]
+    missing += [str(target.relative_to(REPO)) for target, _ in links if not target.exists()]
+    missing += [f"{target.relative_to(REPO)}#{anchor}" for target, anchor in links
+                if anchor and target.exists() and anchor not in _anchors(target)]
+    assert not missing, f"{page.relative_to(REPO)} names paths or anchors that do not exist: {', '.join(sorted(set(missing)))}"
+    for path, name in TEST_NAME.findall(text):
+        assert re.search(rf"^\s*def {name}\b", (REPO / path).read_text(), re.MULTILINE), \
+            f"{page.relative_to(REPO)} cites {path}::{name}, which is not defined there"
 
 
 def test_the_config_reference_matches_the_schemas():
