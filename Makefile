@@ -9,7 +9,7 @@ TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 CONFIG ?= configs/train_dp.yaml
 
-.PHONY: install demo test test-fast gpu-check bench submit clean
+.PHONY: install demo test test-fast gpu-check bench docs submit clean
 
 install: $(STAMP)
 
@@ -33,9 +33,9 @@ gpu-check: install
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# Every benchmark in bench/, side by side runs; their tables go into the README. A benchmark that
-# fails keeps its previous table (its output goes to bench/results/<name>.failed); the others are
-# still written, and make fails at the end, naming it.
+# Every benchmark in bench/, side by side runs; their tables go into docs/results.md. A benchmark
+# that fails keeps its previous table (its output goes to bench/results/<name>.failed); the others
+# are still written, and make fails at the end, naming it.
 BENCHES ?= moe paramserver model_parallel serving compress
 bench: install
 	mkdir -p bench/results
@@ -43,8 +43,12 @@ bench: install
 		if $(BIN)/python bench/$$b.py | tee bench/results/$$b.out; test $${PIPESTATUS[0]} -eq 0; then \
 			mv bench/results/$$b.out bench/results/$$b.txt; rm -f bench/results/$$b.failed; \
 		else mv bench/results/$$b.out bench/results/$$b.failed; failed="$$failed $$b"; fi; done; \
-	$(BIN)/python bench/readme_tables.py README.md bench/results; \
+	$(BIN)/python bench/results_tables.py docs/results.md bench/results; \
 	if [ -n "$$failed" ]; then echo "make bench: failed:$$failed (see bench/results/*.failed)" >&2; exit 1; fi
+
+# The config reference, generated from the schemas' field docstrings (tests/tools/test_docs.py fails on drift).
+docs: install
+	$(BIN)/python -m scaleforge.config.reference docs/config.md
 
 # Submit a job to a running cluster (RAY_ADDRESS, default the local head's dashboard).
 submit: install

@@ -1,0 +1,58 @@
+"""Put each benchmark's latest output into docs/results.md, between its markers.
+
+    python bench/results_tables.py docs/results.md bench/results      # the last step of `make bench`
+
+For every ``bench/results/<name>.txt`` (what ``make bench`` captured from ``bench/<name>.py``)
+the block between ``<!-- bench:<name> -->`` and ``<!-- /bench:<name> -->`` is replaced with that
+output, the date it was measured (the file's) and the command; a benchmark without a block yet
+gets one at the end of the page. Text outside the markers is kept as it is. The page is replaced
+atomically, so a reader never sees half of it.
+"""
+
+import datetime
+import re
+import sys
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "platform")]
+
+from scaleforge.storage import write_atomic  # noqa: E402
+
+HEADER = "# Benchmark results\n\nWritten by `make bench` (`bench/results_tables.py`); do not edit between the markers.\n"
+"""The start of a results page that does not exist yet."""
+
+# Ray's own log lines that reach a driver's stdout ("(raylet) ...", "(ServeReplica:... pid=1) ..."),
+# possibly colour-coded: messages about the run, not its results.
+RAY_LOG_LINE = re.compile(r"^(\x1b\[[0-9;]*m)?\((raylet|[^)\s]*\s?pid=\d+)[^)]*\)")
+
+
+def block(name: str, output: str, when: str) -> str:
+    """One benchmark's table between its markers, with the command and the date it ran."""
+    table = "\n".join(line for line in output.strip().splitlines() if not RAY_LOG_LINE.match(line))
+    return (f"<!-- bench:{name} -->\n`python bench/{name}.py`, {when}:\n\n```\n{table}\n```\n"
+            f"<!-- /bench:{name} -->")
+
+
+def update(page: str, name: str, output: str, when: str) -> str:
+    """``page`` with the block of benchmark ``name`` replaced in place, or added at the end."""
+    fresh = block(name, output, when)
+    pattern = re.compile(rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->", re.DOTALL)
+    if pattern.search(page):
+        return pattern.sub(lambda _: fresh, page)
+    return page.rstrip("\n") + f"\n\n{fresh}\n"
+
+
+def main(page_path: str, results_dir: str) -> None:
+    """Rewrite the results page from every ``<name>.txt`` in ``results_dir``."""
+    page = Path(page_path)
+    text = page.read_text() if page.is_file() else HEADER
+    results = sorted(Path(results_dir).glob("*.txt"))
+    for result in results:  # dated by when it was measured
+        when = datetime.date.fromtimestamp(result.stat().st_mtime).isoformat()
+        text = update(text, result.stem, result.read_text(), when)
+    write_atomic(page, text)
+    print(f"{page}: {len(results)} benchmark tables updated")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
