@@ -1,12 +1,9 @@
 """Drive a parameter-server run: start shards and workers, watch accuracy over wall-clock, export."""
 
-import json
 import math
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import ray
@@ -20,40 +17,10 @@ from scaleforge.data import load_arrays
 from scaleforge.models import build_model
 from scaleforge.paramserver.layout import ParamLayout
 from scaleforge.paramserver.outbox import remove_buffers
+from scaleforge.paramserver.report import AsyncSGDResult, write_report
 from scaleforge.paramserver.shard import ParameterShard
 from scaleforge.paramserver.worker import AsyncWorker
 from scaleforge.runtime import ensure_ray
-
-
-@dataclass
-class AsyncSGDResult:
-    """What a parameter-server run produced."""
-
-    mode: str
-    test_accuracy: float
-    updates: int
-    wall_s: float
-    staleness: dict[str, list[int]]
-    curve: list[dict[str, float]] = field(repr=False)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    startup_s: float = 0.0
-    """Seconds from the start of the run until every worker was up (not counted in ``wall_s``)."""
-    artifact: Path = None
-    summary_path: Path = None
-    plot_path: Path = None
-
-    def summary(self) -> str:
-        clock = np.array(self.staleness["clock"]) if self.staleness["clock"] else np.zeros(1)
-        updates = np.array(self.staleness["updates"]) if self.staleness["updates"] else np.zeros(1)
-        return "\n".join([
-            f"[{self.mode}] test accuracy {self.test_accuracy:.4f}; {self.updates} updates in {self.wall_s:.1f} s "
-            f"({self.updates / self.wall_s:.1f} updates/s) after {self.startup_s:.1f} s of start-up",
-            f"staleness: clock max {clock.max()} (mean {clock.mean():.2f}); updates max {updates.max()} "
-            f"(mean {updates.mean():.2f})",
-            *(f"event: {e}" for e in self.events),
-            f"artifact: {self.artifact}",
-            f"summary: {self.summary_path}  plot: {self.plot_path}",
-        ])
 
 
 def worker_shards(num_examples: int, num_workers: int, seed: int) -> list[np.ndarray]:
@@ -195,7 +162,7 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
         extra={"training": {"job": "async_sgd", "mode": server.mode, "num_shards": server.num_shards,
                             "num_workers": workers_cfg.num_workers}},
     )
-    result.summary_path, result.plot_path = _write_report(output, cfg, result)
+    result.summary_path, result.plot_path = write_report(output, cfg, result)
     return result
 
 
@@ -224,32 +191,3 @@ def _evaluate(shards, layout: ParamLayout, model, data, seconds: float) -> dict[
     finally:
         torch.set_num_threads(threads)
     return {"seconds": seconds, "updates": int(snapshots[0][1]), "test_accuracy": float((predicted == data.y_test).mean())}
-
-
-def _write_report(output: Path, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> tuple[Path, Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    output.mkdir(parents=True, exist_ok=True)
-    mode = result.mode
-    summary: dict[str, Any] = {
-        "mode": mode, "test_accuracy": result.test_accuracy, "updates": result.updates, "wall_s": result.wall_s,
-        "startup_s": result.startup_s,
-        "updates_per_s": result.updates / result.wall_s,
-        "staleness_histogram": {kind: {str(k): int(v) for k, v in zip(*np.unique(values, return_counts=True))}
-                                for kind, values in result.staleness.items()},
-        "events": result.events, "accuracy_over_time": result.curve, "config": cfg.model_dump(mode="json"),
-    }
-    summary_path = output / f"summary_{mode}.json"
-    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
-    figure, axis = plt.subplots(figsize=(6, 4))
-    axis.plot([p["seconds"] for p in result.curve], [p["test_accuracy"] for p in result.curve], marker=".", label=mode)
-    axis.set(xlabel="wall-clock (s)", ylabel="test accuracy", title=f"Parameter server, {mode}")
-    axis.grid(alpha=0.3)
-    axis.legend()
-    plot_path = output / f"accuracy_{mode}.png"
-    figure.savefig(plot_path, dpi=100, bbox_inches="tight")
-    plt.close(figure)
-    return summary_path, plot_path

@@ -1,0 +1,74 @@
+"""What a parameter-server run produced: the result, its summary line, its JSON record and plot."""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scaleforge.config.async_sgd import AsyncSGDConfig
+from scaleforge.storage import write_atomic
+
+
+@dataclass
+class AsyncSGDResult:
+    """What a parameter-server run produced."""
+
+    mode: str
+    test_accuracy: float
+    updates: int
+    wall_s: float
+    staleness: dict[str, list[int]]
+    curve: list[dict[str, float]] = field(repr=False)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    startup_s: float = 0.0
+    """Seconds from the start of the run until every worker was up (not counted in ``wall_s``)."""
+    artifact: Path = None
+    summary_path: Path = None
+    plot_path: Path = None
+
+    def summary(self) -> str:
+        clock = np.array(self.staleness["clock"]) if self.staleness["clock"] else np.zeros(1)
+        updates = np.array(self.staleness["updates"]) if self.staleness["updates"] else np.zeros(1)
+        return "\n".join([
+            f"[{self.mode}] test accuracy {self.test_accuracy:.4f}; {self.updates} updates in {self.wall_s:.1f} s "
+            f"({self.updates / self.wall_s:.1f} updates/s) after {self.startup_s:.1f} s of start-up",
+            f"staleness: clock max {clock.max()} (mean {clock.mean():.2f}); updates max {updates.max()} "
+            f"(mean {updates.mean():.2f})",
+            *(f"event: {e}" for e in self.events),
+            f"artifact: {self.artifact}",
+            f"summary: {self.summary_path}  plot: {self.plot_path}",
+        ])
+
+
+
+def write_report(output: Path, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> tuple[Path, Path]:
+    """``summary_<mode>.json`` (staleness histograms, events, accuracy over time, the config) and
+    ``accuracy_<mode>.png`` in ``output``; returns both paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    output.mkdir(parents=True, exist_ok=True)
+    mode = result.mode
+    summary: dict[str, Any] = {
+        "mode": mode, "test_accuracy": result.test_accuracy, "updates": result.updates, "wall_s": result.wall_s,
+        "startup_s": result.startup_s,
+        "updates_per_s": result.updates / result.wall_s,
+        "staleness_histogram": {kind: {str(k): int(v) for k, v in zip(*np.unique(values, return_counts=True))}
+                                for kind, values in result.staleness.items()},
+        "events": result.events, "accuracy_over_time": result.curve, "config": cfg.model_dump(mode="json"),
+    }
+    summary_path = output / f"summary_{mode}.json"
+    write_atomic(summary_path, json.dumps(summary, indent=2) + "\n")
+    figure, axis = plt.subplots(figsize=(6, 4))
+    axis.plot([p["seconds"] for p in result.curve], [p["test_accuracy"] for p in result.curve], marker=".", label=mode)
+    axis.set(xlabel="wall-clock (s)", ylabel="test accuracy", title=f"Parameter server, {mode}")
+    axis.grid(alpha=0.3)
+    axis.legend()
+    plot_path = output / f"accuracy_{mode}.png"
+    figure.savefig(plot_path, dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return summary_path, plot_path
