@@ -1,5 +1,13 @@
-"""Connecting to Ray: the cluster of a submitted job, or an embedded local one."""
+"""Connecting to Ray: the cluster of a submitted job, or an embedded local one, with a quiet console.
 
+A job's console carries the job's own progress; Ray's internals (worker and actor output, Ray Data
+execution lines, Serve's controller logs, deprecation notices) stay in Ray's log folder
+(``/tmp/ray/session_latest/logs``). Workers send the lines a user should see through
+:class:`~scaleforge.progress.ProgressChannel`. Set ``SCALEFORGE_WORKER_LOGS=1`` to stream every
+worker's output to the driver again while debugging.
+"""
+
+import logging
 import os
 
 import ray
@@ -7,6 +15,20 @@ import ray
 FAST_POLLING = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
 """Ray Train's controller polls its workers every 2 s by default, and every state change (started,
 finished) waits for a poll: on an embedded Ray, where a poll is cheap, each run then ends ~3 s sooner."""
+
+_QUIET = {"ray": logging.ERROR, "ray.data": logging.ERROR, "ray.serve": logging.WARNING, "ray.train": logging.WARNING}
+"""Driver-side loggers and the least level that reaches the console."""
+
+
+def worker_logs_to_console() -> bool:
+    """Whether worker and actor output is streamed to the driver (``SCALEFORGE_WORKER_LOGS=1``)."""
+    return os.environ.get("SCALEFORGE_WORKER_LOGS", "") not in ("", "0")
+
+
+def quiet_ray_loggers() -> None:
+    """Keep Ray's driver-side INFO chatter (and Ray Data's progress-bar notice) off the console."""
+    for name, level in _QUIET.items():
+        logging.getLogger(name).setLevel(level)
 
 
 def ensure_ray(min_cpus: float) -> None:
@@ -19,11 +41,13 @@ def ensure_ray(min_cpus: float) -> None:
     """
     if ray.is_initialized():
         return
+    quiet = {"log_to_driver": worker_logs_to_console(), "logging_level": logging.ERROR}
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(log_to_driver=True)
-        return
-    for name, value in FAST_POLLING.items():
-        os.environ.setdefault(name, value)
-    # address="local": always a fresh embedded instance, never a stale or foreign local cluster
-    # that ray.init() would otherwise try to join (set RAY_ADDRESS=auto to use one on purpose).
-    ray.init(address="local", num_cpus=max(float(os.cpu_count() or 1), min_cpus))
+        ray.init(**quiet)
+    else:
+        for name, value in FAST_POLLING.items():
+            os.environ.setdefault(name, value)
+        # address="local": always a fresh embedded instance, never a stale or foreign local cluster
+        # that ray.init() would otherwise try to join (set RAY_ADDRESS=auto to use one on purpose).
+        ray.init(address="local", num_cpus=max(float(os.cpu_count() or 1), min_cpus), **quiet)
+    quiet_ray_loggers()

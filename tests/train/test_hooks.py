@@ -24,7 +24,7 @@ class _Replicated:
 
 def _ctx(module=None, rank=0, world=1, start_epoch=0, steps=10):
     return WorkerContext(rank=rank, world=world, start_epoch=start_epoch, steps_per_epoch=steps,
-                         model=_Replicated(module))
+                         model=_Replicated(module), progress=None)
 
 
 def test_distillation_replaces_the_task_loss_with_hintons_loss():

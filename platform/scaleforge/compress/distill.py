@@ -1,12 +1,14 @@
 """Knowledge distillation on Ray Train: the teacher's logits are computed once with Ray Data and
 ride along as a dataset column; the student trains data-parallel with the soft-target loss."""
 
+import functools
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import torch
+from ray.data import TaskPoolStrategy
 
 from scaleforge.config.compress import CompressJobConfig, DistillStep
 from scaleforge.config.schema import ArtifactSpec, TrainJobConfig
@@ -15,26 +17,31 @@ from scaleforge.train import run_training
 from scaleforge.train.hooks import Distillation
 
 
-class _TeacherLogits:
-    """Ray Data callable class: loads the teacher once per actor and appends its logits to each batch."""
+@functools.lru_cache(maxsize=2)
+def _teacher(path: str) -> torch.nn.Module:
+    """The teacher, loaded once per Ray worker process (and verified by its checksum)."""
+    from scaleforge.artifacts import load_model
 
-    def __init__(self, path: str):
-        from scaleforge.artifacts import load_model
+    return load_model(path)
 
-        torch.set_num_threads(1)
-        self.model = load_model(path)
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        with torch.inference_mode():
-            inputs = torch.from_numpy(np.array(batch["x"], dtype=np.float32))  # Arrow buffers are read-only
-            batch["teacher_logits"] = self.model(inputs).float().numpy()
-        return batch
+def _teacher_logits(batch: dict[str, np.ndarray], path: str) -> dict[str, np.ndarray]:
+    """Ray Data batch function: append the teacher's logits to each batch."""
+    torch.set_num_threads(1)
+    with torch.inference_mode():
+        inputs = torch.from_numpy(np.array(batch["x"], dtype=np.float32))  # Arrow buffers are read-only
+        batch["teacher_logits"] = _teacher(path)(inputs).float().numpy()
+    return batch
 
 
 def with_teacher_logits(data: TrainingData, teacher: str | Path) -> TrainingData:
-    """``data`` whose train split carries a ``teacher_logits`` column, computed once and materialized."""
-    train = data.datasets["train"].map_batches(_TeacherLogits, fn_constructor_kwargs={"path": str(teacher)},
-                                               concurrency=1, batch_size=1024, batch_format="numpy").materialize()
+    """``data`` whose train split carries a ``teacher_logits`` column, computed once and materialized.
+
+    A task (not an actor pool): the teacher is small and cached per worker process, and a task has
+    no restartable constructor arguments for Ray to keep."""
+    train = data.datasets["train"].map_batches(_teacher_logits, fn_kwargs={"path": str(teacher)},
+                                               compute=TaskPoolStrategy(size=1), batch_size=1024,
+                                               batch_format="numpy").materialize()
     return replace(data, datasets={**data.datasets, "train": train})
 
 

@@ -78,13 +78,14 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
                    num_workers=workers_cfg.num_workers, staleness_bound=server.staleness_bound,
                    staleness_aware_lr=server.staleness_aware_lr, checkpoint_dir=str(output / "checkpoints"),
                    checkpoint_every=server.checkpoint_every)
-    # Held by the driver for the whole run: Ray needs a restarted shard's constructor arguments.
+    # Held by the driver for the whole run, and passed inside a list (by reference, fetched by the
+    # shard): a restarted shard (max_restarts) reads its initial slice again from here.
     initial_slices = [ray.put(initial[a:b]) for a, b in ranges]
     shards += [
         ParameterShard.options(
             num_cpus=0.01, max_concurrency=64, max_restarts=1, max_task_retries=-1,
             scheduling_strategy=PlacementGroupSchedulingStrategy(group, workers_cfg.num_workers + i),
-        ).remote(i, initial_slices[i], **options, die_at_update=cfg.fault.kill_shard_at_update if i == 0 else None)
+        ).remote(i, [initial_slices[i]], **options, die_at_update=cfg.fault.kill_shard_at_update if i == 0 else None)
         for i in range(len(ranges))
     ]
     splits = worker_shards(len(data.y), workers_cfg.num_workers, workers_cfg.seed)

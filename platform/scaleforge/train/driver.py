@@ -16,6 +16,7 @@ from scaleforge.distributed.checkpoint import read_trainer_state
 from scaleforge.distributed.memory import describe_memory
 from scaleforge.distributed.strategy import strategy_for
 from scaleforge.models import build_model, count_parameters
+from scaleforge.progress import ProgressChannel
 from scaleforge.runtime import ensure_ray
 from scaleforge.train.hooks import TrainHook, default_hooks
 from scaleforge.train.loop import WorkerRun, train_loop_per_worker
@@ -73,9 +74,10 @@ def run_training(cfg: TrainJobConfig, *, data: Optional[TrainingData] = None,
     data = data or build_ray_datasets(cfg.data)
     strategy = strategy_for(dims)
     run_name = cfg.run.name or f"train-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    progress = ProgressChannel()
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"run": WorkerRun(cfg, dims, asdict(data.info), hooks)},
+        train_loop_config={"run": WorkerRun(cfg, dims, asdict(data.info), hooks, progress)},
         scaling_config=ScalingConfig(num_workers=scaling.num_workers, use_gpu=scaling.use_gpu,
                                      resources_per_worker=dict(scaling.resources_per_worker)),
         torch_config=TorchConfig(backend="nccl" if scaling.use_gpu else "gloo"),
@@ -89,7 +91,8 @@ def run_training(cfg: TrainJobConfig, *, data: Optional[TrainingData] = None,
         datasets=data.datasets,
         dataset_config=strategy.data_config(),
     )
-    result = trainer.fit()
+    with progress.printing():
+        result = trainer.fit()
     with result.checkpoint.as_directory() as folder:
         state = read_trainer_state(Path(folder))
         model = strategy.gather(Path(folder), build_model(cfg.model, data.info.input_dim, data.info.num_classes))

@@ -25,10 +25,9 @@ from scaleforge.distributed.strategy import ParallelModel, WorkerBatches, parall
 from scaleforge.models import build_model
 from scaleforge.models.moe import auxiliary_loss
 from scaleforge.models.plans import parallel_plan
+from scaleforge.progress import ProgressChannel
 from scaleforge.train.hooks import Hooks, TrainHook, WorkerContext
 from scaleforge.train.optim import Schedule, make_optimizer
-
-_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -41,6 +40,8 @@ class WorkerRun:
     info: dict[str, int]
     """``num_train``, ``input_dim``, ``num_classes`` of the dataset."""
     hooks: list[TrainHook]
+    progress: ProgressChannel
+    """Rank 0's progress lines go to the driver's console through it."""
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
@@ -70,7 +71,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     hooks = Hooks(run.hooks)
     data = parallel.batches(optim.batch_size, optim.seed, run.info["num_train"], hooks.columns)
     schedule = Schedule(optim, data.steps_per_epoch, parallel.data_world)
-    ctx = WorkerContext(rank, world, start_epoch, data.steps_per_epoch, parallel)
+    ctx = WorkerContext(rank, world, start_epoch, data.steps_per_epoch, parallel, run.progress)
     loss_fn = hooks.loss_fn(lambda: auxiliary_loss(parallel.module))
 
     for epoch in range(start_epoch, optim.epochs):
@@ -94,7 +95,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         if not state["memory"] and (held := parallel.memory(optimizer)) is not None:
             state["memory"] = gather_memory(held, reference)  # after the first step every state exists
             if rank == 0:
-                _log.info(describe_memory(state["memory"]))
+                run.progress.send(describe_memory(state["memory"]))
         test = _evaluate(parallel, data)
         if world > 1:
             for totals in (train, test):
@@ -107,7 +108,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         state["history"].append(metrics)
         state["epoch"] = epoch
         if rank == 0:
-            _log.info(_progress(metrics, optim.epochs))
+            run.progress.send(_progress(metrics, optim.epochs))
         _report(metrics, state, job.run, optim.epochs, rank, parallel, optimizer)
 
 

@@ -8,6 +8,7 @@ from torch import nn
 
 from scaleforge.distributed.dims import ParallelDims
 from scaleforge.distributed.strategy import Batch, LossFn, ParallelModel, cross_entropy
+from scaleforge.progress import ProgressChannel
 
 
 @dataclass
@@ -20,6 +21,8 @@ class WorkerContext:
     """First epoch of this attempt (0, or the epoch after the checkpoint it resumed from)."""
     steps_per_epoch: int
     model: ParallelModel
+    progress: ProgressChannel
+    """Lines for the driver's console."""
 
 
 class TrainHook:

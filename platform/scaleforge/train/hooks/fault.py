@@ -1,6 +1,5 @@
 """Fault injection: a worker dies mid-epoch, to prove that the run resumes from its checkpoint."""
 
-import logging
 import os
 from dataclasses import dataclass
 
@@ -8,8 +7,6 @@ import ray.train
 from ray.train import CheckpointConsistencyMode
 
 from scaleforge.train.hooks.base import TrainHook, WorkerContext
-
-_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -29,5 +26,5 @@ class KillWorker(TrainHook):
         # Ray Train commits a reported checkpoint when its controller next polls the workers;
         # wait for that so the crash always lands after a durable checkpoint.
         ray.train.get_all_reported_checkpoints(CheckpointConsistencyMode.COMMITTED, timeout_s=60)
-        _log.warning(f"[fault] rank {ctx.rank} exits in epoch {self.epoch} (fault.kill_worker_at_epoch)")
+        ctx.progress.send(f"[fault] rank {ctx.rank} exits in epoch {self.epoch} (fault.kill_worker_at_epoch)", wait=True)
         os._exit(1)
