@@ -12,6 +12,7 @@ from scaleforge.config.compress import CompressJobConfig, DistillStep
 from scaleforge.config.schema import ArtifactSpec, TrainJobConfig
 from scaleforge.data.ray_datasets import TrainingData, build_ray_datasets
 from scaleforge.distributed.dp import run_training
+from scaleforge.train.preflight import check_runnable
 
 
 class _TeacherLogits:
@@ -49,6 +50,7 @@ def distill(step: DistillStep, teacher: str | Path, cfg: CompressJobConfig, fold
     def train(target: Path, data: TrainingData, soft: Optional[dict[str, float]]) -> Path:
         job = TrainJobConfig(data=cfg.data, model=step.student, optim=step.optim, scaling=cfg.scaling,
                              run=cfg.run.model_copy(update={"name": None}), artifact=ArtifactSpec(dir=str(target)))
+        check_runnable(job)  # e.g. more workers than a small dataset has examples
         return run_training(job, data=data, distill=soft).artifact
 
     soft = {"temperature": step.temperature, "alpha": step.alpha}
