@@ -40,7 +40,17 @@ def check_runnable(cfg: CompressJobConfig) -> None:
 
 
 def check_recipe(steps: list, model: nn.Module, manifest: dict, where: str) -> None:
-    """Raise ConfigError naming the step and the problem if ``steps`` cannot run on ``model``."""
+    """Walk ``steps`` on a skeleton of ``model`` as each step changes it.
+
+    Args:
+        steps: Recipe steps, in order.
+        model: The model they start from (not changed: pruning works on a copy).
+        manifest: Its artifact manifest (input size, classes, earlier edits such as quantization).
+        where: The config field the steps come from, for the message (``recipe``, ``sweeps[0] (name)``).
+
+    Raises:
+        ConfigError: naming the step and the problem, if a step cannot run on the model it will see.
+    """
     schemes = [edit["scheme"] for edit in manifest.get("architecture") or [] if edit["op"] == "quantize"]
     skeleton, spec, quantized, int8 = model, manifest["model"], bool(schemes), any(s.startswith("int8") for s in schemes)
     for index, step in enumerate(steps):
