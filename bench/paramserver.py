@@ -34,6 +34,7 @@ from scaleforge.config import AsyncSGDConfig, load_config  # noqa: E402
 from scaleforge.paramserver import run_async_sgd  # noqa: E402
 from scaleforge.paramserver.layout import ParamLayout  # noqa: E402
 from scaleforge.paramserver.outbox import Outbox  # noqa: E402
+from scaleforge.paramserver.preflight import check_runnable  # noqa: E402
 from scaleforge.paramserver.shard import ParameterShard  # noqa: E402
 
 PUSH_SECONDS = 6.0
@@ -153,7 +154,8 @@ def time_to_accuracy(target: float = 0.90, overrides: tuple[str, ...] = (), quie
               "artifact.dir=/tmp/scaleforge-bench-ps/model", *overrides]
     times = {}
     for mode in ("sync", "async", "ssp"):
-        cfg = load_config(AsyncSGDConfig, root / "configs/async_sgd.yaml", [*common, f"server.mode={mode}"])
+        cfg = load_config(AsyncSGDConfig, root / "configs/async_sgd.yaml", [*common, f"server.mode={mode}"],
+                          preflight=check_runnable)
         with contextlib.redirect_stdout(sys.stderr):  # the run's progress lines: on screen, not in the table
             result = run_async_sgd(cfg)
         reached = [p["seconds"] for p in result.curve if p["test_accuracy"] >= target]

@@ -8,14 +8,15 @@
 import sys
 from typing import Optional, Sequence
 
-from scaleforge.config import CompressJobConfig
-from scaleforge.config import run_job
+from scaleforge.config import CompressJobConfig, run_job
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from scaleforge.compress.run import run_compression  # Ray and the steps load only for a valid config
+    # torch, Ray and the steps load only when the job runs, not when this module is imported
+    from scaleforge.compress.preflight import check_runnable
+    from scaleforge.compress.run import run_compression
 
-    return run_job(CompressJobConfig, run_compression, argv, prog="jobs.compress")
+    return run_job(CompressJobConfig, run_compression, argv, prog="jobs.compress", preflight=check_runnable)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 from scaleforge.config import run_job
 from scaleforge.config.pipeline import STAGES, PipelineConfig
 from scaleforge.pipeline import Pipeline, StageFailed
+from scaleforge.pipeline.preflight import check_runnable
 from scaleforge.pipeline.query import serve_and_query
 from scaleforge.pipeline.report import final_table, write_report
 from scaleforge.runtime import ensure_ray
@@ -49,7 +50,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"error: --from {redo_from!r}: not a stage; stages are {', '.join(STAGES)}", file=sys.stderr)
             return 2
     try:
-        return run_job(PipelineConfig, lambda cfg: run_pipeline(cfg, redo_from), argv, prog="jobs.pipeline")
+        return run_job(PipelineConfig, lambda cfg: run_pipeline(cfg, redo_from), argv, prog="jobs.pipeline",
+                       preflight=check_runnable)
     except StageFailed as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -1,8 +1,11 @@
 """Bad input through the real command line: one line on stderr, exit 2, and no Ray cluster started."""
 
+import importlib
 import os
 import subprocess
 import sys
+
+import pytest
 
 from conftest import REPO
 
@@ -43,3 +46,27 @@ def test_missing_config_file_exits_2(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: {tmp_path / 'none.yaml'}: config file not found"
+
+
+PREFLIGHT_CASES = {
+    ("jobs.pipeline", "configs/pipeline.yaml", "teacher.set=[scaling.num_workers=100000]"):
+        "stage teacher: configs/train_teacher.yaml (with --set scaling.num_workers=100000): scaling.num_workers "
+        "(100000) is larger than the number of training examples (16000)",
+    ("jobs.pipeline", "configs/pipeline.yaml", "compress.config=configs/nothere.yaml"):
+        "compress.config: 'configs/nothere.yaml' does not exist",
+    ("jobs.pipeline", "configs/pipeline.yaml", "placement.hwbench=/nonexistent/hw.json"):
+        "placement.hwbench: '/nonexistent/hw.json' does not exist (run python -m jobs.hwbench)",
+    ("jobs.calibrate", "configs/calibrate.yaml", "serve_config=/nonexistent/serve.yaml"):
+        "serve_config: '/nonexistent/serve.yaml' does not exist",
+    ("jobs.async_sgd", "configs/async_sgd.yaml", "data.source=/nonexistent/data.npz"):
+        "data.source: data file '/nonexistent/data.npz' does not exist",
+}
+
+
+@pytest.mark.parametrize("job,config,override", list(PREFLIGHT_CASES), ids=[" ".join(c[::2]) for c in PREFLIGHT_CASES])
+def test_preflight_failures_are_one_line_naming_file_and_field(job, config, override, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)  # the stage configs are named relative to the repository
+    code = importlib.import_module(job).main(["--config", config, "--set", override])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err == f"error: {config} (with --set {override}): {PREFLIGHT_CASES[job, config, override]}\n"

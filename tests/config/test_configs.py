@@ -1,28 +1,37 @@
-"""Every file in configs/ builds; overrides and bad input behave as documented."""
+"""Every file in configs/ builds and passes its pre-flight; overrides and bad input behave as documented."""
 
 import re
 
 import pytest
 
 from conftest import REPO
+from scaleforge.compress.preflight import check_runnable as check_compression
 from scaleforge.config import JOB_SCHEMAS, ConfigError, TrainJobConfig, load_config
+from scaleforge.paramserver.preflight import check_runnable as check_async_sgd
+from scaleforge.pipeline.preflight import check_runnable as check_pipeline
+from scaleforge.routing.calibration import check_runnable as check_calibration
+from scaleforge.train.preflight import check_runnable
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
+PREFLIGHTS = {"jobs.train": check_runnable, "jobs.async_sgd": check_async_sgd, "jobs.compress": check_compression,
+              "jobs.calibrate": check_calibration, "jobs.pipeline": check_pipeline}
+"""Each job's pre-flight; jobs.hwbench has nothing to check, jobs.serve checks its artifacts in serving.run."""
 
 
-def _schema_of(path):
+def job_of(path) -> str:
+    """The job that runs a config file: the ``# python -m jobs.<name>`` line it opens with."""
     header = re.search(r"^# python -m (jobs\.\w+)", path.read_text(), re.MULTILINE)
     assert header, f"{path.name} must open with the command that runs it"
-    return JOB_SCHEMAS[header.group(1)]
+    return header.group(1)
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
-def test_every_config_file_builds(path, tmp_path):
-    schema = _schema_of(path)
-    # Jobs that start from a trained artifact check it while validating; give them one of the right shape.
-    needs_teacher = "teacher" in schema.model_fields and schema.model_fields["teacher"].annotation is str
-    overrides = [f"teacher={_teacher_artifact(tmp_path)}"] if needs_teacher else []
-    config = load_config(schema, path, overrides)
+def test_every_config_file_builds_and_passes_its_preflight(path, tmp_path):
+    job = job_of(path)
+    assert load_config(JOB_SCHEMAS[job], path).model_dump()  # the schema alone needs no artifact
+    # The compression job starts from a trained artifact; give it one of the default teacher's shape.
+    overrides = [f"teacher={_teacher_artifact(tmp_path)}"] if job == "jobs.compress" else []
+    config = load_config(JOB_SCHEMAS[job], path, overrides, preflight=PREFLIGHTS.get(job))
     assert config.model_dump()
 
 
@@ -67,7 +76,7 @@ BAD = [
 @pytest.mark.parametrize("override,expected", BAD, ids=[b[0] for b in BAD])
 def test_bad_values_name_the_file_field_and_problem(override, expected):
     with pytest.raises(ConfigError) as err:
-        load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", [override])
+        load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", [override], preflight=check_runnable)
     message = str(err.value)
     assert message.startswith(f"{REPO / 'configs/train_dp.yaml'} (with --set {override}): ")
     assert expected in message

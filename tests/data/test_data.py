@@ -5,7 +5,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from scaleforge.config import ConfigError
 from scaleforge.data import DataSpec, describe, load_arrays, load_mnist1d
+from scaleforge.data.preflight import check_data, check_files
 
 
 def test_mnist1d_is_seeded_split_and_cached(tmp_path):
@@ -68,9 +70,22 @@ def test_parquet_is_described_from_metadata(tmp_path):
     assert (info.num_train, info.num_test, info.input_dim, info.num_classes) == (15, 5, 3, 4)
 
 
-def test_spec_rejects_unknown_formats_and_missing_files(tmp_path):
+def test_spec_rejects_unknown_formats_and_preflight_missing_files(tmp_path):
     (tmp_path / "data.csv").write_text("1,2\n")
     with pytest.raises(ValueError, match="must be 'mnist1d' or a file ending in .npz or .parquet"):
         DataSpec(source=str(tmp_path / "data.csv"))
-    with pytest.raises(ValueError, match="does not exist"):
-        DataSpec(source=str(tmp_path / "gone.parquet"))
+    gone = DataSpec(source=str(tmp_path / "gone.parquet"))  # the schema does not look for the file
+    with pytest.raises(ConfigError, match=rf"^data.source: data file '{tmp_path}/gone.parquet' does not exist$"):
+        check_files(gone)
+    (tmp_path / "gone.parquet").write_text("not parquet")
+    with pytest.raises(ConfigError, match=rf"^data.source: cannot read {tmp_path}/gone.parquet: "):
+        check_data(gone)
+
+
+def test_relative_paths_are_read_from_the_working_directory(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "mine.npz", x=rng.normal(size=(20, 3)).astype(np.float32), y=rng.integers(0, 2, 20))
+    monkeypatch.chdir(tmp_path)
+    spec = DataSpec(source="mine.npz")
+    assert spec.source == "mine.npz"  # kept as written
+    assert check_data(spec).num_train == 16 and load_arrays(spec).x.shape == (16, 3)

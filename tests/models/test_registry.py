@@ -2,17 +2,15 @@
 
 import pytest
 import torch
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
-from scaleforge.models import MODEL_NAMES, CNN1dSpec, ModelSpec, TransformerSpec, build_model, count_parameters
-
-SPEC = TypeAdapter(ModelSpec)
+from scaleforge.models import MODEL_NAMES, MODEL_SPEC, CNN1dSpec, TransformerSpec, build_model, count_parameters
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
 def test_every_registered_model_classifies_a_batch(name):
     extra = {"num_experts": 10} if name == "moe_gate" else {}  # a gate's outputs are its experts
-    model = build_model(SPEC.validate_python({"name": name, **extra}), input_dim=40, num_classes=10)
+    model = build_model(MODEL_SPEC.validate_python({"name": name, **extra}), input_dim=40, num_classes=10)
     logits = model(torch.randn(5, 40))
     assert logits.shape == (5, 10)
     logits.sum().backward()

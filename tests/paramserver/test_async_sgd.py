@@ -12,6 +12,7 @@ from scaleforge.config import AsyncSGDConfig, ConfigError, load_config
 from scaleforge.data import load_arrays
 from scaleforge.models import build_model
 from scaleforge.paramserver import ParamLayout, run_async_sgd, worker_shards
+from scaleforge.paramserver.preflight import check_runnable
 from scaleforge.paramserver.worker import batches, gradient
 
 CONFIG = REPO / "configs/async_sgd.yaml"
@@ -19,7 +20,8 @@ CONFIG = REPO / "configs/async_sgd.yaml"
 
 def _config(tmp_path, *overrides):
     return load_config(AsyncSGDConfig, CONFIG, [f"run.output_dir={tmp_path / 'out'}",
-                                                f"artifact.dir={tmp_path / 'artifact'}", *overrides])
+                                                f"artifact.dir={tmp_path / 'artifact'}", *overrides],
+                       preflight=check_runnable)
 
 
 TINY = ["data.num_samples=400", "model={name: mlp, hidden: [16]}", "server.optimizer=sgd", "server.lr=0.05",
@@ -138,7 +140,7 @@ def test_a_restarted_sync_shard_finishes_the_round_whose_ack_died_with_it(ray_cl
 ])
 def test_bad_input_is_rejected_before_anything_starts(override, message):
     with pytest.raises(ConfigError) as err:
-        load_config(AsyncSGDConfig, CONFIG, [override])
+        load_config(AsyncSGDConfig, CONFIG, [override], preflight=check_runnable)
     assert message in str(err.value)
 
 

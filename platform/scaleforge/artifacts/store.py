@@ -15,19 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import TypeAdapter
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 import scaleforge
 from scaleforge.artifacts.tensors import decode_state, encode_state
-from scaleforge.models import ModelSpec, build_model
+from scaleforge.models import MODEL_SPEC, build_model
 from scaleforge.models.surgery import apply_edits, count_weights
 
 FORMAT = "scaleforge.artifact/1"
 WEIGHTS = "model.safetensors"
 MANIFEST = "manifest.json"
-_SPEC_ADAPTER = TypeAdapter(ModelSpec)
 
 
 class ArtifactError(RuntimeError):
@@ -123,7 +121,7 @@ def load_artifact(path: str | os.PathLike) -> Artifact:
             f"{weights}: checksum mismatch (manifest sha256 {manifest['weights']['sha256'][:12]}..., "
             f"file sha256 {actual[:12]}...); the weights were modified or corrupted, refusing to load"
         )
-    spec = _SPEC_ADAPTER.validate_python(manifest["model"])
+    spec = MODEL_SPEC.validate_python(manifest["model"])
     model = build_model(spec, manifest["input_dim"], manifest["num_classes"])
     model = apply_edits(model, manifest.get("architecture", []), manifest["input_dim"])
     state = OrderedDict(decode_state(load_file(weights), manifest.get("state_layout", {})))

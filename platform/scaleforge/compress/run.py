@@ -24,11 +24,10 @@ from scaleforge.compress.measure import StepRecord, folder_bytes, latency_table
 from scaleforge.config.compress import CompressJobConfig, Step
 from scaleforge.compress.report import write_report
 from scaleforge.compress.steps import ModelState, apply_step
-from scaleforge.data import DataSpec, load_arrays
-from scaleforge.models import ModelSpec
+from scaleforge.data import DataSpec, load_arrays, localized
+from scaleforge.models import MODEL_SPEC
 from scaleforge.runtime import ensure_ray
 
-_SPEC = TypeAdapter(ModelSpec)
 _STEP = TypeAdapter(Step)
 _log = logging.getLogger(__name__)
 
@@ -87,7 +86,7 @@ def run_compression(cfg: CompressJobConfig) -> CompressionResult:
 
 def _run_recipe(cfg: CompressJobConfig, teacher, arrays, folder: Path) -> list[tuple[str, str, Path, dict]]:
     """Each recipe step starts from the previous step's model; every step's output is an artifact."""
-    state = ModelState(teacher.model, _SPEC.validate_python(teacher.manifest["model"]),
+    state = ModelState(teacher.model, MODEL_SPEC.validate_python(teacher.manifest["model"]),
                        list(teacher.manifest.get("architecture", [])))
     current, chain = teacher.path, []
     for index, step in enumerate(cfg.recipe):
@@ -122,7 +121,7 @@ def _sweep_point(step_json: dict, teacher_path: str, data_json: dict, target: st
     torch.set_num_threads(1)
     step, teacher = _STEP.validate_python(step_json), load_artifact(teacher_path)
     arrays = load_arrays(DataSpec(**data_json))
-    state = ModelState(teacher.model, _SPEC.validate_python(teacher.manifest["model"]),
+    state = ModelState(teacher.model, MODEL_SPEC.validate_python(teacher.manifest["model"]),
                        list(teacher.manifest.get("architecture", [])))
     state, details = apply_step(step, state, arrays)
     _save(Path(target), state, teacher.manifest, arrays, {"step": step_json, **details})
@@ -135,8 +134,8 @@ def _launch_sweeps(cfg: CompressJobConfig, teacher: Path, folder: Path) -> dict[
         tasks[sweep.name] = []
         for value, step in zip(sweep.values, sweep.steps()):
             target = folder / f"{sweep.name}-{value}"
-            ref = _sweep_point.remote(step.model_dump(mode="json"), str(teacher), cfg.data.model_dump(mode="json"),
-                                      str(target))
+            ref = _sweep_point.remote(step.model_dump(mode="json"), str(teacher),
+                                      localized(cfg.data).model_dump(mode="json"), str(target))
             tasks[sweep.name].append((f"{sweep.name} {sweep.param}={value}", step.step, target, ref))
     return tasks
 
@@ -177,7 +176,7 @@ def _save_slim_model(target: Path, source: Path) -> Path:
     """The recipe's last artifact, re-exported (verified on load, written atomically) as ``output/model``."""
     artifact = load_artifact(source)
     manifest = artifact.manifest
-    return save_artifact(target, artifact.model, _SPEC.validate_python(manifest["model"]),
+    return save_artifact(target, artifact.model, MODEL_SPEC.validate_python(manifest["model"]),
                          input_dim=manifest["input_dim"], num_classes=manifest["num_classes"],
                          metrics=manifest["metrics"], dataset=manifest["dataset"],
                          architecture=manifest.get("architecture"),

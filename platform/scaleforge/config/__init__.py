@@ -1,13 +1,18 @@
-"""Typed job configs: pydantic schemas filled from YAML, with dotted ``--set`` overrides."""
+"""Typed job configs: pydantic schemas filled from YAML, with dotted ``--set`` overrides.
+
+Schemas hold fields and the rules among them; building one reads no file but its YAML and imports
+no torch. Each job's ``check_runnable`` pre-flight (next to its domain) checks the rest.
+"""
 
 from scaleforge.config.cli import parse_job_config, run_job
 from scaleforge.config.loader import ConfigError, load_config
 from scaleforge.config.async_sgd import AsyncSGDConfig
+from scaleforge.config.calibrate import CalibrateConfig
 from scaleforge.config.compress import CompressJobConfig
 from scaleforge.config.hwbench import HWBenchConfig
 from scaleforge.config.pipeline import PipelineConfig
 from scaleforge.config.schema import TrainJobConfig
-from scaleforge.config.serve import CalibrateConfig, ServeConfig
+from scaleforge.config.serve import ServeConfig
 
 JOB_SCHEMAS = {"jobs.train": TrainJobConfig, "jobs.async_sgd": AsyncSGDConfig, "jobs.compress": CompressJobConfig,
                "jobs.serve": ServeConfig, "jobs.calibrate": CalibrateConfig, "jobs.hwbench": HWBenchConfig,

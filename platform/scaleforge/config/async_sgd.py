@@ -3,11 +3,10 @@
 from typing import Literal, Optional
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
-from torch import nn
 
+from scaleforge.config.data import DataSpec
+from scaleforge.config.models import CNN1dSpec, ModelSpec
 from scaleforge.config.schema import ArtifactSpec, _Section
-from scaleforge.data import DataSpec, describe
-from scaleforge.models import CNN1dSpec, ModelSpec, build_model, count_parameters
 
 
 class ServerSpec(_Section):
@@ -85,22 +84,11 @@ class AsyncSGDConfig(_Section):
     artifact: ArtifactSpec = Field(default_factory=lambda: ArtifactSpec(dir="~/scaleforge/artifacts/async_sgd"))
 
     @model_validator(mode="after")
-    def _runnable(self) -> "AsyncSGDConfig":
-        info = describe(self.data)
-        if self.workers.num_workers > info.num_train:
-            raise ValueError(f"workers.num_workers ({self.workers.num_workers}) is larger than the number of "
-                             f"training examples ({info.num_train})")
-        if any(e.workers > info.num_train for e in self.workers.scaling):
-            raise ValueError("workers.scaling asks for more workers than there are training examples")
+    def _consistent(self) -> "AsyncSGDConfig":
+        """Rules among the fields; what needs the data or a built model is
+        :func:`scaleforge.paramserver.preflight.check_runnable`'s."""
         if sorted(e.at_s for e in self.workers.scaling) != [e.at_s for e in self.workers.scaling]:
             raise ValueError("workers.scaling events must be in order of at_s")
-        model = build_model(self.model, info.input_dim, info.num_classes)
-        if self.server.num_shards > count_parameters(model):
-            raise ValueError(f"server.num_shards ({self.server.num_shards}) is larger than the number of "
-                             f"parameters ({count_parameters(model)})")
         if self.fault.kill_shard_at_update is not None and not self.server.checkpoint_every:
             raise ValueError("fault.kill_shard_at_update needs server.checkpoint_every > 0 to restore from")
-        if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-            raise ValueError("the parameter server shares parameters, not BatchNorm statistics: "
-                             "use a model without BatchNorm (e.g. model.batch_norm=false for cnn1d)")
         return self

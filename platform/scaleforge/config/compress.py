@@ -1,24 +1,18 @@
 """Schema of the compression job (``jobs.compress``): the teacher, an ordered recipe, sweeps.
 
-Everything a recipe could get wrong is checked here, before Ray starts or a byte is written:
-unknown steps and fields (pydantic), sparsity outside [0, 1), and, against the teacher's
-architecture (rebuilt from its checksum-verified artifact), unknown layer names and ranks
-larger than a layer. The recipe is walked on a skeleton of the model as each step changes it,
-so a later step is checked against the student or the pruned shapes it will really see.
+The schema checks what the fields alone decide: unknown steps and fields, sparsity outside
+[0, 1), one rank rule per low-rank step, sweepable parameters. Whether the recipe fits the
+teacher (layer names, ranks, the shapes each step leaves behind) needs the teacher's artifact
+and is :func:`scaleforge.compress.preflight.check_runnable`'s, before Ray starts.
 """
 
-import copy
-from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
-from torch import nn
 
-from scaleforge.artifacts import ArtifactError, load_artifact
+from scaleforge.config.data import DataSpec
+from scaleforge.config.models import ModelSpec
 from scaleforge.config.schema import OptimSpec, RunSpec, ScalingSpec
-from scaleforge.data import DataSpec
-from scaleforge.models import ModelSpec, build_model
-from scaleforge.models.surgery import default_layers, prunable_layers
 
 
 class _Section(BaseModel):
@@ -166,61 +160,7 @@ class CompressJobConfig(_Section):
     """Folder for the slim artifact (``output/model``), every step's artifact and the report."""
 
     @model_validator(mode="after")
-    def _recipe_fits_teacher(self) -> "CompressJobConfig":
+    def _in_memory_data(self) -> "CompressJobConfig":
         if not (self.data.is_mnist1d or self.data.source.endswith(".npz")):
             raise ValueError("data.source: compression fine-tunes and calibrates in memory; use mnist1d or a .npz file")
-        if not Path(self.teacher).expanduser().is_dir():
-            raise ValueError(f"teacher: artifact folder {self.teacher!r} does not exist")
-        try:
-            teacher = load_artifact(self.teacher)
-        except ArtifactError as err:
-            raise ValueError(f"teacher: {err}") from None
-        check_recipe(self.recipe, teacher.model, teacher.manifest, "recipe")
-        for index, sweep in enumerate(self.sweeps):
-            for step in sweep.steps():
-                check_recipe([step], teacher.model, teacher.manifest, f"sweeps[{index}] ({sweep.name})")
         return self
-
-
-def check_recipe(steps: list, model: nn.Module, manifest: dict, where: str) -> None:
-    """Raise ValueError naming the step and the problem if ``steps`` cannot run on ``model``."""
-    from scaleforge.compress.prune import prune_structured  # the real step, on a skeleton
-
-    schemes = [edit["scheme"] for edit in manifest.get("architecture") or [] if edit["op"] == "quantize"]
-    skeleton, spec, quantized, int8 = model, manifest["model"], bool(schemes), any(s.startswith("int8") for s in schemes)
-    for index, step in enumerate(steps):
-        label = f"{where}[{index}] ({step.step})"
-        if quantized and step.step != "export":
-            raise ValueError(f"{label}: the model is already quantized; only export can follow quantize")
-        if step.step == "distill":
-            skeleton, spec = build_model(step.student, manifest["input_dim"], manifest["num_classes"]), \
-                step.student.model_dump()
-        elif step.step == "prune":
-            _check_layers(label, skeleton, step.layers, (nn.Linear, nn.Conv1d))
-            if step.method == "structured":
-                skeleton = prune_structured(copy.deepcopy(skeleton), step.sparsity, step.layers, manifest["input_dim"])
-        elif step.step == "low_rank":
-            _check_layers(label, skeleton, step.layers, (nn.Linear,))
-            for name in step.layers or default_layers(skeleton, (nn.Linear,)):
-                layer = skeleton.get_submodule(name)
-                if step.rank is not None and step.rank > min(layer.in_features, layer.out_features):
-                    raise ValueError(f"{label}: rank {step.rank} is larger than layer {name!r} allows "
-                                     f"({layer.out_features} x {layer.in_features}: at most "
-                                     f"{min(layer.in_features, layer.out_features)})")
-        elif step.step == "quantize":
-            quantized, int8 = True, step.scheme.startswith("int8")
-            if step.scheme == "int8_static" and spec["name"] not in ("mlp", "cnn1d"):
-                raise ValueError(f"{label}: int8_static supports mlp and cnn1d models; use int8_dynamic for "
-                                 f"{spec['name']!r}")
-        elif step.step == "export":
-            if index != len(steps) - 1:
-                raise ValueError(f"{label}: export must be the last step")
-            if step.onnx and int8:
-                raise ValueError(f"{label}: onnx export takes fp32 or half-precision models, not eager int8 modules")
-
-
-def _check_layers(label: str, model: nn.Module, names: Optional[list[str]], kinds: tuple) -> None:
-    available = [name for name, layer in prunable_layers(model).items() if isinstance(layer, kinds)]
-    for name in names or []:
-        if name not in available:
-            raise ValueError(f"{label}: unknown layer {name!r}; layers: {', '.join(available)}")

@@ -1,7 +1,7 @@
 """YAML -> pydantic with dotted ``--set`` overrides; every failure is one readable ConfigError."""
 
 from pathlib import Path
-from typing import Any, Sequence, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -13,16 +13,22 @@ class ConfigError(ValueError):
     """A config that cannot run: the message names the file, the field and the problem."""
 
 
-def load_config(schema: type[M], path: str | Path, overrides: Sequence[str] = ()) -> M:
-    """Read ``path``, apply ``key.sub=value`` overrides, validate against ``schema``.
+def load_config(schema: type[M], path: str | Path, overrides: Sequence[str] = (),
+                preflight: Optional[Callable[[M], None]] = None) -> M:
+    """Read ``path``, apply ``key.sub=value`` overrides, validate against ``schema``, then pre-flight.
+
+    Validation reads nothing but ``path``; ``preflight`` (the job's ``check_runnable``) then checks
+    what the fields alone cannot: files, artifacts, data, that the model builds.
 
     Args:
         schema: The job's pydantic model (``extra="forbid"`` all the way down).
         path: A YAML file whose top level is a mapping of sections.
         overrides: ``dotted.key=value`` strings; values are parsed as YAML scalars/lists.
+        preflight: Called with the valid config; raises ConfigError when the run cannot start.
 
     Raises:
-        ConfigError: unreadable YAML, a bad override, or a validation failure.
+        ConfigError: unreadable YAML, a bad override, a validation or a pre-flight failure, each
+            line prefixed with the file (and overrides).
     """
     source = str(path) + (f" (with --set {' '.join(overrides)})" if overrides else "")
     path = Path(path)
@@ -39,9 +45,15 @@ def load_config(schema: type[M], path: str | Path, overrides: Sequence[str] = ()
     for item in overrides:
         _apply_override(raw, item, path)
     try:
-        return schema.model_validate(raw)
+        config = schema.model_validate(raw)
     except ValidationError as err:
         raise ConfigError("\n".join(f"{source}: {line}" for line in _describe(err, raw))) from None
+    if preflight is not None:
+        try:
+            preflight(config)
+        except ConfigError as err:
+            raise ConfigError(f"{source}: {err}") from None
+    return config
 
 
 def _apply_override(raw: dict, item: str, path: Path) -> None:

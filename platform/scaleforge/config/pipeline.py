@@ -1,13 +1,14 @@
-"""Schema of the main job (``jobs.pipeline``): every stage's own config, chained through one output folder."""
+"""Schema of the main job (``jobs.pipeline``): every stage's own config, chained through one output folder.
 
-from pathlib import Path
+The stage configs are files named here, not read here: :func:`scaleforge.pipeline.preflight.check_runnable`
+loads and checks them before the first stage starts.
+"""
+
 from typing import Literal, Optional
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt
 
-from scaleforge.config.async_sgd import AsyncSGDConfig
-from scaleforge.config.loader import ConfigError, load_config
-from scaleforge.config.schema import TrainJobConfig, _Section
+from scaleforge.config.schema import _Section
 
 STAGES = ("teacher", "async_sgd", "compress", "moe", "calibrate", "serve", "query")
 Stage = Literal["teacher", "async_sgd", "compress", "moe", "calibrate", "serve", "query"]
@@ -45,12 +46,6 @@ class PlacementSpec(_Section):
     gpu_min_parameters: PositiveInt = 100_000
     """Models with at least this many weights count as large (each cascade's last stage always does)."""
 
-    @model_validator(mode="after")
-    def _result_exists(self) -> "PlacementSpec":
-        if self.hwbench and not Path(self.hwbench).expanduser().is_file():
-            raise ValueError(f"placement.hwbench: {self.hwbench!r} does not exist (run python -m jobs.hwbench)")
-        return self
-
 
 class PipelineFaultSpec(_Section):
     fail_at_stage: Optional[Stage] = None
@@ -71,18 +66,3 @@ class PipelineConfig(_Section):
     query: QuerySpec = Field(default_factory=QuerySpec)
     placement: PlacementSpec = Field(default_factory=PlacementSpec)
     fault: PipelineFaultSpec = Field(default_factory=PipelineFaultSpec)
-
-    @model_validator(mode="after")
-    def _stage_configs_load(self) -> "PipelineConfig":
-        """The training stages' configs validate now; the later ones need earlier artifacts and are
-        checked when their stage starts (their files must exist already)."""
-        for name, schema in (("teacher", TrainJobConfig), ("async_sgd", AsyncSGDConfig), ("moe", TrainJobConfig)):
-            spec = getattr(self, name)
-            try:
-                load_config(schema, spec.config, spec.set)
-            except ConfigError as err:
-                raise ValueError(f"stage {name}: {err}") from None
-        for name in ("compress", "calibrate", "serve"):
-            if not Path(getattr(self, name).config).is_file():
-                raise ValueError(f"{name}.config: {getattr(self, name).config!r} does not exist")
-        return self

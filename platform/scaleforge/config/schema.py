@@ -1,13 +1,12 @@
-"""Schema of the training job (``jobs.train``)."""
+"""Schema of the training job (``jobs.train``): fields and the rules among them."""
 
 from typing import Literal, Optional
 
-from pyarrow import ArrowException
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from scaleforge.data import DataSpec, describe
+from scaleforge.config.data import DataSpec
+from scaleforge.config.models import CNN1dSpec, ModelSpec
 from scaleforge.distributed.dims import ParallelDims
-from scaleforge.models import CNN1dSpec, ModelSpec, build_model
 
 
 class _Section(BaseModel):
@@ -124,16 +123,9 @@ class TrainJobConfig(_Section):
     fault: FaultSpec = Field(default_factory=FaultSpec)
 
     @model_validator(mode="after")
-    def _runnable(self) -> "TrainJobConfig":
-        try:
-            info = describe(self.data)
-        except (KeyError, OSError, ArrowException) as err:
-            raise ValueError(f"data.source: cannot read {self.data.source}: {err}") from None
-        if self.scaling.num_workers > info.num_train:
-            raise ValueError(
-                f"scaling.num_workers ({self.scaling.num_workers}) is larger than the number of "
-                f"training examples ({info.num_train})"
-            )
+    def _consistent(self) -> "TrainJobConfig":
+        """Rules among the fields; what needs the data or a built model is
+        :func:`scaleforge.train.preflight.check_runnable`'s."""
         if self.optim.precision == "bf16" and not self.scaling.use_gpu:
             raise ValueError("optim.precision=bf16 autocasts on GPU; set scaling.use_gpu=true or use fp32")
         if self.scaling.use_gpu and self.scaling.resources_per_worker.get("GPU", 1) <= 0:
@@ -148,7 +140,6 @@ class TrainJobConfig(_Section):
                     f"(run.checkpoint_every={self.run.checkpoint_every}) and within optim.epochs ({self.optim.epochs})"
                 )
         self._check_parallel_layout()
-        build_model(self.model, info.input_dim, info.num_classes)  # architecture errors surface now
         return self
 
     @property

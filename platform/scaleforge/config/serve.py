@@ -1,4 +1,4 @@
-"""Schemas of the serving config (``configs/serve.yaml``) and of threshold calibration (``jobs.calibrate``).
+"""Schema of the serving config (``configs/serve.yaml``).
 
 ``configs/serve.yaml`` is in Ray Serve's own config-file format (``serve run`` / ``serve deploy``
 read it unchanged); :class:`ServeConfig` types it, and :class:`ServeArgs` types the ``args`` that
@@ -6,13 +6,11 @@ Ray passes to the app builder ``serving.app:build_app``.
 """
 
 import math
-from pathlib import Path
 from typing import Literal, Optional
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from scaleforge.config.schema import _Section
-from scaleforge.data import DataSpec
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
@@ -225,38 +223,6 @@ class ServeConfig(_Section):
     proxy_location: Literal["EveryNode", "HeadOnly", "Disabled"] = "EveryNode"
     http_options: HttpOptions = Field(default_factory=HttpOptions)
     applications: list[ServeApplication] = Field(min_length=1)
-
-
-class CalibrateConfig(_Section):
-    """``python -m jobs.calibrate``: fit a cascade's thresholds on validation data, write them into the serve config."""
-
-    serve_config: str = "configs/serve.yaml"
-    """The Ray Serve config whose cascade is calibrated (rewritten in place, atomically)."""
-    application: Optional[str] = None
-    """App in ``serve_config`` (default: the first)."""
-    cascade: Optional[str] = None
-    """Cascade in that app (default: its first)."""
-    data: DataSpec = Field(default_factory=DataSpec)
-    """Labelled data; calibration uses part of its held-out split."""
-    calibration_fraction: float = Field(default=0.5, gt=0.0, lt=1.0)
-    """Share of the held-out split used to calibrate; the rest measures the result."""
-    split_seed: int = 0
-    max_accuracy_loss: Optional[float] = Field(default=0.005, ge=0.0, lt=1.0)
-    """Target: accuracy at most this far below the last stage alone (0.005 = half a point)."""
-    target_escalation: Optional[float] = Field(default=None, ge=0.0, le=1.0)
-    """Alternative target: the share of inputs each stage hands on (a cost budget)."""
-    safety_sd: NonNegativeFloat = 2.0
-    """Standard deviations of the accuracy estimate kept in reserve (see ``calibrate_thresholds``)."""
-    output: Optional[str] = None
-    """Write the calibrated config here instead of over ``serve_config``."""
-
-    @model_validator(mode="after")
-    def _one_target(self) -> "CalibrateConfig":
-        if self.target_escalation is not None:
-            self.max_accuracy_loss = None
-        if not Path(self.serve_config).is_file():
-            raise ValueError(f"serve_config: {self.serve_config!r} does not exist")
-        return self
 
 
 def finite_or_inf(value: float) -> float:

@@ -12,10 +12,11 @@ from scaleforge.data.sources import (
     file_fingerprint,
     is_parquet,
     load_arrays,
+    localized,
     parquet_paths,
     to_training_batch,
 )
-from scaleforge.data.spec import DataSpec
+from scaleforge.config.data import DataSpec
 
 
 @dataclass
@@ -34,6 +35,7 @@ def build_ray_datasets(spec: DataSpec) -> TrainingData:
     to the workers; in-memory arrays (MNIST-1D, ``.npz``) go to the object store once.
     """
     _quiet_ray_data()
+    spec = localized(spec)
     if is_parquet(spec):
         train = ray.data.read_parquet(spec.source).map_batches(to_training_batch, batch_format="numpy")
         if spec.test_path:

@@ -1,6 +1,7 @@
 """Read a :class:`DataSpec` into arrays (MNIST-1D, ``.npz``) or Ray Datasets (Parquet)."""
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from scaleforge.data.mnist1d import NUM_CLASSES, SEQUENCE_LENGTH, load_mnist1d, split_sizes
-from scaleforge.data.spec import DataSpec
+from scaleforge.config.data import DataSpec
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,22 @@ class ArraySplits:
         return DatasetInfo(len(self.y), len(self.y_test), int(self.x.shape[1]), num_classes)
 
 
+def localized(spec: DataSpec) -> DataSpec:
+    """``spec`` with its files as absolute local paths (``~`` expanded), read the same from any process.
+
+    The schema keeps paths as written; this is done where the files are read, and before a spec
+    is handed to a Ray task whose working directory may differ.
+    """
+    if spec.is_mnist1d:
+        return spec
+    local = {name: os.path.abspath(os.path.expanduser(path)) for name in ("source", "test_path")
+             if (path := getattr(spec, name))}
+    return spec.model_copy(update=local)
+
+
 def describe(spec: DataSpec) -> DatasetInfo:
     """Sizes of ``spec``'s dataset, cheaply (Parquet: metadata and the label column only)."""
+    spec = localized(spec)
     if spec.is_mnist1d:
         train, test = split_sizes(spec.num_samples, spec.test_fraction)
         return DatasetInfo(train, test, SEQUENCE_LENGTH, NUM_CLASSES)
@@ -67,6 +82,7 @@ def load_arrays(spec: DataSpec) -> ArraySplits:
     Raises:
         ValueError: the file lacks ``x``/``y``, or they have the wrong shapes or non-finite values.
     """
+    spec = localized(spec)
     if spec.is_mnist1d:
         return ArraySplits(**load_mnist1d(spec.num_samples, spec.seed, spec.test_fraction, spec.cache_dir))
     x, y = _read_npz(spec.source)
@@ -124,7 +140,7 @@ def to_training_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def parquet_paths(spec: DataSpec) -> list[str]:
     """The Parquet files a spec reads (for its fingerprint)."""
-    return [p for p in (spec.source, spec.test_path) if p]
+    return localized(spec).files
 
 
 def is_parquet(spec: DataSpec) -> bool:

@@ -1,22 +1,21 @@
 """Model registry: a model is chosen by the ``name`` field of its spec.
 
-Model files hold architecture only (no Ray, no training code). ``ModelSpec`` is the tagged union
-of every registered spec, so a config with an unknown name fails validation with the list of
-names that exist.
+Model files hold architecture only (no Ray, no training code). The specs themselves live in
+:mod:`scaleforge.config.models` (no torch), so configs validate without importing this package;
+they are re-exported here.
 """
 
-from typing import Annotated, Callable, Union
+from typing import Callable
 
-from pydantic import Field
 from torch import nn
 
-from scaleforge.models.cnn1d import CNN1d, CNN1dSpec
-from scaleforge.models.mlp import MLP, MLPSpec
-from scaleforge.models.moe import MoEClassifier, MoESpec
-from scaleforge.models.moe_parts import MoEGate, MoEGateSpec
-from scaleforge.models.transformer import TransformerClassifier, TransformerSpec
-
-ModelSpec = Annotated[Union[MLPSpec, CNN1dSpec, TransformerSpec, MoESpec, MoEGateSpec], Field(discriminator="name")]
+from scaleforge.config.models import (MODEL_NAMES, MODEL_SPEC, CNN1dSpec, MLPSpec, ModelSpec, MoEGateSpec, MoESpec,
+                                      TransformerSpec)
+from scaleforge.models.cnn1d import CNN1d
+from scaleforge.models.mlp import MLP
+from scaleforge.models.moe import MoEClassifier
+from scaleforge.models.moe_parts import MoEGate
+from scaleforge.models.transformer import TransformerClassifier
 
 _BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "mlp": MLP,
@@ -25,7 +24,7 @@ _BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "moe": MoEClassifier,
     "moe_gate": MoEGate,
 }
-MODEL_NAMES = tuple(_BUILDERS)
+assert tuple(_BUILDERS) == MODEL_NAMES, "every spec in scaleforge.config.models needs a builder here"
 
 
 def build_model(spec, input_dim: int, num_classes: int) -> nn.Module:
@@ -50,5 +49,6 @@ def count_parameters(model: nn.Module) -> int:
 
 
 __all__ = [
-    "ModelSpec", "MODEL_NAMES", "build_model", "count_parameters", "MLPSpec", "CNN1dSpec", "TransformerSpec", "MoESpec",
+    "ModelSpec", "MODEL_NAMES", "MODEL_SPEC", "build_model", "count_parameters", "MLPSpec", "CNN1dSpec",
+    "TransformerSpec", "MoESpec", "MoEGateSpec",
 ]

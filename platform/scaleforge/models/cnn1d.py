@@ -1,30 +1,9 @@
 """1-D convolutional classifier: the MNIST-1D paper's strongest model family."""
 
-from typing import Literal
-
 import torch
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from torch import nn
 
-
-class CNN1dSpec(BaseModel):
-    """Architecture of a :class:`CNN1d`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: Literal["cnn1d"] = "cnn1d"
-    channels: list[PositiveInt] = Field(default=[32, 64, 64], min_length=1)
-    """Output channels of each Conv1d -> BatchNorm -> ReLU block."""
-    kernel_size: int = Field(default=5, ge=1)
-    """Convolution kernel width (odd sizes keep the sequence length)."""
-    pool: bool = False
-    """Halve the sequence with MaxPool1d(2) after every block but the first."""
-    batch_norm: bool = True
-    """BatchNorm after each convolution (off for parameter servers, which share parameters only)."""
-    hidden: PositiveInt = 128
-    """Width of the fully connected layer after the convolutions."""
-    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
-    """Dropout probability before the classifier."""
+from scaleforge.config.models import CNN1dSpec
 
 
 def conv_blocks(channels: list[int], kernel_size: int, pool: bool, input_dim: int, family: str,

@@ -1,22 +1,9 @@
 """Multi-layer perceptron over the flat input vector."""
 
-from typing import Literal
-
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-
-class MLPSpec(BaseModel):
-    """Architecture of an :class:`MLP`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: Literal["mlp"] = "mlp"
-    hidden: list[int] = Field(default=[256, 256], min_length=1)
-    """Width of each hidden layer, input to output."""
-    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
-    """Dropout probability after each hidden activation."""
+from scaleforge.config.models import MLPSpec
 
 
 class MLP(nn.Module):

@@ -6,53 +6,15 @@ Expert parallelism lives in ``scaleforge.distributed.ep``; this file is architec
 """
 
 import math
-from typing import Callable, Literal, Optional
+from typing import Callable, Optional
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 from torch import nn
 
+from scaleforge.config.models import MoESpec
 from scaleforge.models.cnn1d import conv_blocks
 from scaleforge.routing import Routing, gumbel_gate, load_balancing_loss, noisy_topk_gate, router_z_loss, topk_gate
 from scaleforge.routing.capacity import sorted_assignments
-
-
-class MoESpec(BaseModel):
-    """Architecture of a :class:`MoEClassifier`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: Literal["moe"] = "moe"
-    stem_channels: list[PositiveInt] = Field(default=[32, 32], min_length=1)
-    """Conv1d -> BN -> ReLU blocks (MaxPool after each but the first) before the experts."""
-    d_model: PositiveInt = 64
-    """Width of the representation that the gate routes and the experts transform."""
-    num_experts: PositiveInt = 8
-    """Expert MLPs per MoE block."""
-    expert_hidden: PositiveInt = 64
-    """Hidden width of each expert."""
-    num_blocks: PositiveInt = 1
-    """Residual MoE blocks."""
-    top_k: PositiveInt = 2
-    """Experts per input (1: Switch-style)."""
-    gate: Literal["topk", "noisy_topk", "gumbel"] = "topk"
-    """Softmax top-k, noisy top-k (Shazeer et al. 2017) or Gumbel-softmax straight-through."""
-    gumbel_temperature: float = Field(default=1.0, gt=0.0)
-    """Temperature of the Gumbel-softmax gate."""
-    capacity_factor: float = 1.25
-    """Training capacity per expert = capacity_factor * tokens * k / num_experts; overflow is dropped."""
-    aux_loss_weight: float = Field(default=0.01, ge=0.0)
-    """alpha of the load-balancing loss (Switch Transformer: 0.01)."""
-    z_loss_weight: float = Field(default=0.0, ge=0.0)
-    """Weight of the router z-loss (0 disables it)."""
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "MoESpec":
-        if self.top_k > self.num_experts:
-            raise ValueError(f"model.top_k ({self.top_k}) must not exceed model.num_experts ({self.num_experts})")
-        if self.capacity_factor <= 0:
-            raise ValueError(f"model.capacity_factor must be > 0, got {self.capacity_factor}")
-        return self
 
 
 class Expert(nn.Module):

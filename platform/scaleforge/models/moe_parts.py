@@ -10,19 +10,12 @@ whenever the combine weights sum to 1 (top-k with k > 1, noisy top-k, Gumbel). S
 - a router combines the chosen experts' logits with the gate's weights (:func:`combine_parts`).
 """
 
-from typing import Literal
-
 import torch
 from torch import nn
 
-from scaleforge.models.moe import MoEClassifier, MoESpec
+from scaleforge.config.models import MoEGateSpec, MoESpec
+from scaleforge.models.moe import MoEClassifier
 from scaleforge.routing import gumbel_gate, topk_gate
-
-
-class MoEGateSpec(MoESpec):
-    """Architecture of an :class:`MoEGate`: the gate of an ``moe`` model (its routing fields too)."""
-
-    name: Literal["moe_gate"] = "moe_gate"
 
 
 class MoEGate(nn.Module):

@@ -8,43 +8,14 @@ its own layers and every parameter keeps its name. The numerics are those of PyT
 pre-norm ``nn.TransformerEncoderLayer`` (ReLU feed-forward, dropout on attention weights).
 """
 
-from typing import Literal, Optional
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 from torch import nn
 
-from scaleforge.models.moe import MoELayer, MoESpec
-
-
-class TransformerSpec(BaseModel):
-    """Architecture of a :class:`TransformerClassifier`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: Literal["transformer"] = "transformer"
-    patch_size: PositiveInt = 4
-    """Consecutive sequence values embedded together as one token."""
-    d_model: PositiveInt = 64
-    """Token embedding width."""
-    num_heads: PositiveInt = 4
-    """Attention heads per layer; must divide d_model."""
-    num_layers: PositiveInt = 2
-    """Encoder layers."""
-    ff_dim: PositiveInt = 128
-    """Hidden width of each layer's feed-forward block."""
-    dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
-    """Dropout inside the encoder layers."""
-    moe: Optional[MoESpec] = None
-    """If set, every layer's feed-forward block is this Mixture of Experts, routed per token
-    (its ``d_model`` is taken from this spec)."""
-
-    @model_validator(mode="after")
-    def _heads_divide_width(self) -> "TransformerSpec":
-        if self.d_model % self.num_heads:
-            raise ValueError(f"model.d_model ({self.d_model}) must be divisible by model.num_heads ({self.num_heads})")
-        return self
+from scaleforge.config.models import MoESpec, TransformerSpec
+from scaleforge.models.moe import MoELayer
 
 
 class SelfAttention(nn.Module):

@@ -13,7 +13,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from scaleforge.artifacts import save_artifact
 from scaleforge.config.async_sgd import AsyncSGDConfig
-from scaleforge.data import load_arrays
+from scaleforge.data import load_arrays, localized
 from scaleforge.models import build_model
 from scaleforge.paramserver.layout import ParamLayout
 from scaleforge.paramserver.outbox import remove_buffers
@@ -159,7 +159,7 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
     result.artifact = save_artifact(
         cfg.artifact.dir, model, cfg.model, input_dim=info.input_dim, num_classes=info.num_classes,
         metrics={"test_accuracy": result.test_accuracy},
-        dataset={"source": cfg.data.source, "fingerprint": data.fingerprint},
+        dataset={"source": localized(cfg.data).source, "fingerprint": data.fingerprint},
         extra={"training": {"job": "async_sgd", "mode": server.mode, "num_shards": server.num_shards,
                             "num_workers": workers_cfg.num_workers}},
     )

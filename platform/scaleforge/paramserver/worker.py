@@ -9,9 +9,8 @@ import numpy as np
 import ray
 import torch
 import torch.nn.functional as F
-from pydantic import TypeAdapter
 
-from scaleforge.models import ModelSpec, build_model
+from scaleforge.models import MODEL_SPEC, build_model
 from scaleforge.paramserver.layout import ParamLayout
 from scaleforge.paramserver.outbox import Outbox
 
@@ -45,7 +44,7 @@ class AsyncWorker:
         self.die_at_step = die_at_step
         # Highest version each shard acknowledged, per shard incarnation: what a shard restart lost.
         self.acked: dict[int, dict[int, int]] = {i: {} for i in range(len(shards))}
-        self.model = build_model(TypeAdapter(ModelSpec).validate_python(model), input_dim, num_classes)
+        self.model = build_model(MODEL_SPEC.validate_python(model), input_dim, num_classes)
         self.layout = ParamLayout.of(self.model)
         self.batches = batches(x, y, batch_size, seed)
         self.outbox = Outbox(index, shards, ranges, run_token)

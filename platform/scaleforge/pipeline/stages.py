@@ -79,8 +79,10 @@ class Pipeline:
 
     def _train(self, stage: str) -> Record:
         from scaleforge.train import run_training
+        from scaleforge.train.preflight import check_runnable
 
-        cfg = self._stage_config(stage, TrainJobConfig, f"artifact.dir={self.out / 'artifacts' / stage}",
+        cfg = self._stage_config(stage, TrainJobConfig, check_runnable,
+                                 f"artifact.dir={self.out / 'artifacts' / stage}",
                                  f"run.storage_path={self.out / 'runs'}")
         result = run_training(cfg)
         return {"artifact": str(result.artifact), "metrics": _plain(result.metrics), "history": _plain(result.history),
@@ -88,10 +90,11 @@ class Pipeline:
 
     def _async_sgd(self) -> Record:
         from scaleforge.paramserver import run_async_sgd
+        from scaleforge.paramserver.preflight import check_runnable
 
         runs = {}
         for mode in self.cfg.async_sgd.modes:
-            cfg = self._stage_config("async_sgd", AsyncSGDConfig, f"server.mode={mode}",
+            cfg = self._stage_config("async_sgd", AsyncSGDConfig, check_runnable, f"server.mode={mode}",
                                      f"run.output_dir={self.out / 'async_sgd'}",
                                      f"artifact.dir={self.out / 'artifacts' / f'async_{mode}'}")
             result = run_async_sgd(cfg)
@@ -100,19 +103,21 @@ class Pipeline:
         return {"runs": runs}
 
     def _compress(self) -> Record:
+        from scaleforge.compress.preflight import check_runnable
         from scaleforge.compress.run import run_compression
 
-        cfg = self._stage_config("compress", CompressJobConfig, f"teacher={self.records['teacher']['artifact']}",
+        cfg = self._stage_config("compress", CompressJobConfig, check_runnable,
+                                 f"teacher={self.records['teacher']['artifact']}",
                                  f"output={self.out / 'artifacts' / 'compressed'}",
                                  f"run.storage_path={self.out / 'runs'}")
         result = run_compression(cfg)
         return {"artifact": str(result.artifact), "output": str(result.output), "report": _plain(result.report)}
 
     def _calibrate(self) -> Record:
-        from scaleforge.routing.calibration import calibrate_cascade
+        from scaleforge.routing.calibration import calibrate_cascade, check_runnable
 
         serve_config = self._write_serve_config()
-        cfg = self._stage_config("calibrate", CalibrateConfig, f"serve_config={serve_config}")
+        cfg = self._stage_config("calibrate", CalibrateConfig, check_runnable, f"serve_config={serve_config}")
         result = calibrate_cascade(cfg)
         return {"serve_config": str(serve_config), "data": cfg.data.model_dump(mode="json"), "thresholds": result.thresholds,
                 "answered_per_stage": result.answered_per_stage, "accuracy": result.accuracy,
@@ -166,9 +171,10 @@ class Pipeline:
                               + yaml.safe_dump(raw, sort_keys=False))
         return target
 
-    def _stage_config(self, stage: str, schema, *forced: str):
+    def _stage_config(self, stage: str, schema, preflight: Callable, *forced: str):
+        """The stage's own config with this run's paths forced, pre-flighted as its job would be."""
         spec = getattr(self.cfg, stage)
-        return load_config(schema, spec.config, [*spec.set, *forced])
+        return load_config(schema, spec.config, [*spec.set, *forced], preflight)
 
     def _redo(self, stage: str) -> bool:
         return self.redo_from is not None and STAGES.index(stage) >= STAGES.index(self.redo_from)

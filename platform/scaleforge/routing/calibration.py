@@ -1,7 +1,8 @@
 """Offline calibration of a served cascade: thresholds from validation data, written into the Serve config.
 
-``jobs.calibrate`` runs :func:`calibrate_cascade`. It loads the stages exactly as the serving
-deployments do (:func:`scaleforge.artifacts.servable.load_servable`), applies the same policy
+``jobs.calibrate`` runs :func:`calibrate_cascade` after the pre-flight :func:`check_runnable`. It
+loads the stages exactly as the serving deployments do
+(:func:`scaleforge.artifacts.servable.load_servable`), applies the same policy
 (:mod:`scaleforge.routing.cascade`), and reports the result on the part of the held-out split it
 did not calibrate on.
 """
@@ -14,8 +15,11 @@ import torch
 import yaml
 
 from scaleforge.artifacts.servable import load_servable
-from scaleforge.config.serve import CalibrateConfig, CascadeEntry, ServeConfig, finite_or_inf
+from scaleforge.config.loader import ConfigError
+from scaleforge.config.calibrate import CalibrateConfig
+from scaleforge.config.serve import CascadeEntry, ServeConfig, finite_or_inf
 from scaleforge.data import load_arrays
+from scaleforge.data.preflight import check_files
 from scaleforge.routing.cascade import calibrate_thresholds, simulate_cascade
 from scaleforge.storage import write_atomic
 
@@ -40,6 +44,17 @@ class CalibrationResult:
                 f"answered at {shares}\nwritten to {self.written_to}")
 
 
+def check_runnable(cfg: CalibrateConfig) -> None:
+    """Pre-flight of ``jobs.calibrate``: the Serve config to calibrate and the data files exist.
+
+    Raises:
+        ConfigError: ``serve_config: '...' does not exist``, or the data file that is missing.
+    """
+    check_files(cfg.data)
+    if not Path(cfg.serve_config).is_file():
+        raise ConfigError(f"serve_config: {cfg.serve_config!r} does not exist")
+
+
 def calibrate_cascade(cfg: CalibrateConfig) -> CalibrationResult:
     """Fit the thresholds of ``cfg``'s cascade and write them into the Serve config (atomically)."""
     raw = yaml.safe_load(Path(cfg.serve_config).read_text())
@@ -52,8 +67,8 @@ def calibrate_cascade(cfg: CalibrateConfig) -> CalibrationResult:
     probs = [[_probs(model, x) for model in stages] for x, _ in (calibration, held_out)]
     thresholds = calibrate_thresholds(
         probs[0], labels[0], cascade.measure,
-        target_accuracy=(_accuracy(probs[0][-1], labels[0]) - cfg.max_accuracy_loss
-                         if cfg.max_accuracy_loss is not None else None),
+        target_accuracy=(_accuracy(probs[0][-1], labels[0]) - cfg.accuracy_loss
+                         if cfg.accuracy_loss is not None else None),
         target_escalation=cfg.target_escalation, safety_sd=cfg.safety_sd)
     thresholds = [finite_or_inf(t) for t in thresholds]
     result = simulate_cascade(probs[1], thresholds, cascade.measure)

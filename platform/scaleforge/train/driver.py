@@ -11,6 +11,7 @@ from ray.train.torch import TorchConfig, TorchTrainer
 
 from scaleforge.artifacts import save_artifact
 from scaleforge.config.schema import TrainJobConfig
+from scaleforge.data import localized
 from scaleforge.data.ray_datasets import TrainingData, build_ray_datasets
 from scaleforge.distributed.checkpoint import read_trainer_state
 from scaleforge.distributed.memory import describe_memory
@@ -20,6 +21,7 @@ from scaleforge.progress import ProgressChannel
 from scaleforge.runtime import ensure_ray
 from scaleforge.train.hooks import TrainHook, default_hooks
 from scaleforge.train.loop import WorkerRun, train_loop_per_worker
+from scaleforge.train.preflight import check_runnable
 
 _REPORTED = ("test_accuracy", "test_loss", "train_accuracy", "train_loss")
 
@@ -66,6 +68,7 @@ def run_training(cfg: TrainJobConfig, *, data: Optional[TrainingData] = None,
         The final metrics, the per-epoch history and the artifact folder.
     """
     started = time.perf_counter()
+    check_runnable(cfg)
     dims, scaling = cfg.dims, cfg.scaling
     hooks = [*default_hooks(cfg), *hooks]
     for hook in hooks:
@@ -98,7 +101,7 @@ def run_training(cfg: TrainJobConfig, *, data: Optional[TrainingData] = None,
         model = strategy.gather(Path(folder), build_model(cfg.model, data.info.input_dim, data.info.num_classes))
     final = state["history"][-1]
     shapes = {"input_dim": data.info.input_dim, "num_classes": data.info.num_classes,
-              "dataset": {"source": cfg.data.source, "fingerprint": data.fingerprint, **asdict(data.info)}}
+              "dataset": {"source": localized(cfg.data).source, "fingerprint": data.fingerprint, **asdict(data.info)}}
     training = {"job": "train", "run": run_name, "checkpoint": result.checkpoint.path, "num_workers": scaling.num_workers,
                 "epochs": len(state["history"]), "parallel": dims.to_dict()}
     extra = {}

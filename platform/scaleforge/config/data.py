@@ -1,6 +1,11 @@
-"""Where a job's data comes from: the config section ``data``."""
+"""Where a job's data comes from: the config section ``data`` (fields only; no file is touched).
 
-from pathlib import Path
+Whether the files exist and can be read is the pre-flight's question
+(:func:`scaleforge.data.preflight.check_data`): ``source`` may later name storage that only the
+cluster reaches, so the schema neither opens nor resolves it.
+"""
+
+from pathlib import PurePosixPath
 from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
@@ -29,15 +34,12 @@ class DataSpec(BaseModel):
 
     @field_validator("source", "test_path")
     @classmethod
-    def _file_exists(cls, value: Optional[str], info) -> Optional[str]:
+    def _known_format(cls, value: Optional[str], info) -> Optional[str]:
         if value is None or (info.field_name == "source" and value == MNIST1D):
             return value
-        path = Path(value).expanduser()
-        if path.suffix not in FILE_SUFFIXES:
+        if _suffix(value) not in FILE_SUFFIXES:
             raise ValueError(f"{value!r} must be '{MNIST1D}' or a file ending in {' or '.join(FILE_SUFFIXES)}")
-        if not path.is_file():
-            raise ValueError(f"data file {value!r} does not exist")
-        return str(path.resolve())
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> "DataSpec":
@@ -45,10 +47,19 @@ class DataSpec(BaseModel):
             raise ValueError("data.test_path applies to a user's file, not to data.source=mnist1d")
         if self.is_mnist1d and self.num_samples < 20:
             raise ValueError(f"data.num_samples ({self.num_samples}) must be at least 20 (2 per class)")
-        if self.test_path and Path(self.test_path).suffix != Path(self.source).suffix:
+        if self.test_path and _suffix(self.test_path) != _suffix(self.source):
             raise ValueError("data.test_path must have the same format as data.source")
         return self
 
     @property
     def is_mnist1d(self) -> bool:
         return self.source == MNIST1D
+
+    @property
+    def files(self) -> list[str]:
+        """The files this spec reads, as written (none for MNIST-1D)."""
+        return [p for p in (None if self.is_mnist1d else self.source, self.test_path) if p]
+
+
+def _suffix(path: str) -> str:
+    return PurePosixPath(path).suffix

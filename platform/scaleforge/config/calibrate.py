@@ -1,0 +1,38 @@
+"""Schema of threshold calibration (``jobs.calibrate``); its pre-flight is
+:func:`scaleforge.routing.calibration.check_runnable`."""
+
+from typing import Optional
+
+from pydantic import Field, NonNegativeFloat
+
+from scaleforge.config.data import DataSpec
+from scaleforge.config.schema import _Section
+
+
+class CalibrateConfig(_Section):
+    """``python -m jobs.calibrate``: fit a cascade's thresholds on validation data, write them into the serve config."""
+
+    serve_config: str = "configs/serve.yaml"
+    """The Ray Serve config whose cascade is calibrated (rewritten in place, atomically)."""
+    application: Optional[str] = None
+    """App in ``serve_config`` (default: the first)."""
+    cascade: Optional[str] = None
+    """Cascade in that app (default: its first)."""
+    data: DataSpec = Field(default_factory=DataSpec)
+    """Labelled data; calibration uses part of its held-out split."""
+    calibration_fraction: float = Field(default=0.5, gt=0.0, lt=1.0)
+    """Share of the held-out split used to calibrate; the rest measures the result."""
+    split_seed: int = 0
+    max_accuracy_loss: Optional[float] = Field(default=0.005, ge=0.0, lt=1.0)
+    """Target: accuracy at most this far below the last stage alone (0.005 = half a point)."""
+    target_escalation: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+    """Alternative target: the share of inputs each stage hands on (a cost budget)."""
+    safety_sd: NonNegativeFloat = 2.0
+    """Standard deviations of the accuracy estimate kept in reserve (see ``calibrate_thresholds``)."""
+    output: Optional[str] = None
+    """Write the calibrated config here instead of over ``serve_config``."""
+
+    @property
+    def accuracy_loss(self) -> Optional[float]:
+        """The accuracy target in force: ``max_accuracy_loss``, unless ``target_escalation`` replaces it."""
+        return None if self.target_escalation is not None else self.max_accuracy_loss

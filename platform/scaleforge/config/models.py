@@ -1,0 +1,121 @@
+"""Model specs: the ``model`` section of a config, chosen by its ``name`` field (no torch here).
+
+Each spec holds an architecture's fields and the rules among them; the ``nn.Module`` it describes
+lives in ``scaleforge.models`` and is built by ``scaleforge.models.build_model``. ``ModelSpec`` is
+the tagged union of every spec, so an unknown name fails validation with the names that exist.
+"""
+
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, TypeAdapter, model_validator
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MLPSpec(_Spec):
+    """Architecture of a :class:`~scaleforge.models.mlp.MLP`."""
+
+    name: Literal["mlp"] = "mlp"
+    hidden: list[int] = Field(default=[256, 256], min_length=1)
+    """Width of each hidden layer, input to output."""
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """Dropout probability after each hidden activation."""
+
+
+class CNN1dSpec(_Spec):
+    """Architecture of a :class:`~scaleforge.models.cnn1d.CNN1d`."""
+
+    name: Literal["cnn1d"] = "cnn1d"
+    channels: list[PositiveInt] = Field(default=[32, 64, 64], min_length=1)
+    """Output channels of each Conv1d -> BatchNorm -> ReLU block."""
+    kernel_size: int = Field(default=5, ge=1)
+    """Convolution kernel width (odd sizes keep the sequence length)."""
+    pool: bool = False
+    """Halve the sequence with MaxPool1d(2) after every block but the first."""
+    batch_norm: bool = True
+    """BatchNorm after each convolution (off for parameter servers, which share parameters only)."""
+    hidden: PositiveInt = 128
+    """Width of the fully connected layer after the convolutions."""
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """Dropout probability before the classifier."""
+
+
+class MoESpec(_Spec):
+    """Architecture of a :class:`~scaleforge.models.moe.MoEClassifier`."""
+
+    name: Literal["moe"] = "moe"
+    stem_channels: list[PositiveInt] = Field(default=[32, 32], min_length=1)
+    """Conv1d -> BN -> ReLU blocks (MaxPool after each but the first) before the experts."""
+    d_model: PositiveInt = 64
+    """Width of the representation that the gate routes and the experts transform."""
+    num_experts: PositiveInt = 8
+    """Expert MLPs per MoE block."""
+    expert_hidden: PositiveInt = 64
+    """Hidden width of each expert."""
+    num_blocks: PositiveInt = 1
+    """Residual MoE blocks."""
+    top_k: PositiveInt = 2
+    """Experts per input (1: Switch-style)."""
+    gate: Literal["topk", "noisy_topk", "gumbel"] = "topk"
+    """Softmax top-k, noisy top-k (Shazeer et al. 2017) or Gumbel-softmax straight-through."""
+    gumbel_temperature: float = Field(default=1.0, gt=0.0)
+    """Temperature of the Gumbel-softmax gate."""
+    capacity_factor: float = 1.25
+    """Training capacity per expert = capacity_factor * tokens * k / num_experts; overflow is dropped."""
+    aux_loss_weight: float = Field(default=0.01, ge=0.0)
+    """alpha of the load-balancing loss (Switch Transformer: 0.01)."""
+    z_loss_weight: float = Field(default=0.0, ge=0.0)
+    """Weight of the router z-loss (0 disables it)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "MoESpec":
+        if self.top_k > self.num_experts:
+            raise ValueError(f"model.top_k ({self.top_k}) must not exceed model.num_experts ({self.num_experts})")
+        if self.capacity_factor <= 0:
+            raise ValueError(f"model.capacity_factor must be > 0, got {self.capacity_factor}")
+        return self
+
+
+class MoEGateSpec(MoESpec):
+    """Architecture of a :class:`~scaleforge.models.moe_parts.MoEGate`: the gate of an ``moe`` model
+    (its routing fields too)."""
+
+    name: Literal["moe_gate"] = "moe_gate"
+
+
+class TransformerSpec(_Spec):
+    """Architecture of a :class:`~scaleforge.models.transformer.TransformerClassifier`."""
+
+    name: Literal["transformer"] = "transformer"
+    patch_size: PositiveInt = 4
+    """Consecutive sequence values embedded together as one token."""
+    d_model: PositiveInt = 64
+    """Token embedding width."""
+    num_heads: PositiveInt = 4
+    """Attention heads per layer; must divide d_model."""
+    num_layers: PositiveInt = 2
+    """Encoder layers."""
+    ff_dim: PositiveInt = 128
+    """Hidden width of each layer's feed-forward block."""
+    dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
+    """Dropout inside the encoder layers."""
+    moe: Optional[MoESpec] = None
+    """If set, every layer's feed-forward block is this Mixture of Experts, routed per token
+    (its ``d_model`` is taken from this spec)."""
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> "TransformerSpec":
+        if self.d_model % self.num_heads:
+            raise ValueError(f"model.d_model ({self.d_model}) must be divisible by model.num_heads ({self.num_heads})")
+        return self
+
+
+_SPECS = (MLPSpec, CNN1dSpec, TransformerSpec, MoESpec, MoEGateSpec)
+ModelSpec = Annotated[Union[_SPECS], Field(discriminator="name")]
+"""Any registered model's spec, told apart by ``name``."""
+MODEL_NAMES = tuple(spec.model_fields["name"].default for spec in _SPECS)
+"""The registered model names, in the order a config error lists them."""
+MODEL_SPEC: TypeAdapter = TypeAdapter(ModelSpec)
+"""Validates a plain dict (a manifest's ``model``, a Ray task's argument) into its spec."""

@@ -1,0 +1,48 @@
+"""Pre-flight checks of a ``data`` section: its files exist and can be read (before Ray starts)."""
+
+import os
+
+from pyarrow import ArrowException
+
+from scaleforge.config.data import DataSpec
+from scaleforge.config.loader import ConfigError
+from scaleforge.data.sources import DatasetInfo, describe, localized
+
+
+def check_files(spec: DataSpec, field: str = "data") -> None:
+    """Check that every file ``spec`` names exists.
+
+    Args:
+        spec: The data section.
+        field: Its dotted name in the config, for the message.
+
+    Raises:
+        ConfigError: ``data.source: data file '...' does not exist`` (or ``data.test_path``).
+    """
+    local = localized(spec)
+    for name in ("source", "test_path"):
+        written = getattr(spec, name)
+        if written and not spec.is_mnist1d and not os.path.isfile(getattr(local, name)):
+            raise ConfigError(f"{field}.{name}: data file {written!r} does not exist")
+
+
+def check_data(spec: DataSpec, field: str = "data") -> DatasetInfo:
+    """Check that ``spec``'s files exist and can be read, and return the dataset's sizes.
+
+    Args:
+        spec: The data section.
+        field: Its dotted name in the config, for the message.
+
+    Returns:
+        Sizes of the dataset (examples, input length, classes), read cheaply.
+
+    Raises:
+        ConfigError: a file is missing, unreadable, or holds malformed arrays.
+    """
+    check_files(spec, field)
+    try:
+        return describe(spec)
+    except (KeyError, OSError, ArrowException) as err:
+        raise ConfigError(f"{field}.source: cannot read {spec.source}: {err}") from None
+    except ValueError as err:  # malformed arrays: the message names the file and what is wrong
+        raise ConfigError(str(err)) from None

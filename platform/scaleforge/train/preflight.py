@@ -1,0 +1,23 @@
+"""Pre-flight of the training job: the data is readable and the architecture builds, before Ray starts."""
+
+from scaleforge.config.loader import ConfigError
+from scaleforge.config.schema import TrainJobConfig
+from scaleforge.data.preflight import check_data
+from scaleforge.models import build_model
+
+
+def check_runnable(cfg: TrainJobConfig) -> None:
+    """Check that ``cfg`` can start: the data can be read, every worker gets at least one training
+    example, and the model builds for the data's input length and classes.
+
+    Raises:
+        ConfigError: one line naming the field (``data.source``, ``scaling.num_workers``, the model's).
+    """
+    info = check_data(cfg.data)
+    if cfg.scaling.num_workers > info.num_train:
+        raise ConfigError(f"scaling.num_workers ({cfg.scaling.num_workers}) is larger than the number of "
+                          f"training examples ({info.num_train})")
+    try:
+        build_model(cfg.model, info.input_dim, info.num_classes)
+    except ValueError as err:  # the message names the model family and the field that does not fit
+        raise ConfigError(str(err)) from None
