@@ -1,10 +1,12 @@
-"""Train a small classifier in one process and export it as an artifact.
+"""Training in one process on in-memory arrays: the one plain-torch fit loop of the library.
 
-For tests and benchmarks that need real trained models in seconds (serving, routing), without a
-Ray Train run. Real jobs train with ``jobs.train``; the artifacts are the same format.
+Used where a Ray Train run would be overkill: fine-tuning after pruning or factorization
+(``scaleforge.compress``, inside a Ray task or the driver), and tests and benchmarks that need a
+real trained model in seconds. Real jobs train with ``jobs.train``; the artifacts are the same format.
 """
 
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
@@ -15,41 +17,55 @@ from scaleforge.artifacts import save_artifact
 from scaleforge.models import build_model
 
 
-def fit_classifier(spec, x: np.ndarray, y: np.ndarray, *, epochs: int, batch_size: int = 256, lr: float = 3e-3,
-                   seed: int = 0) -> nn.Module:
-    """AdamW with a one-cycle schedule over ``(x, y)``; returns the model in eval mode.
+def fit(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int, batch_size: int, lr: float,
+        weight_decay: float = 0.0, generator: Optional[torch.Generator] = None, one_cycle: bool = False) -> nn.Module:
+    """``epochs`` shuffled passes of AdamW over ``(x, y)``, in place; returns the model in eval mode.
 
     Args:
-        spec: A registered model spec (``MLPSpec``, ``CNN1dSpec``, ``MoESpec`` ...).
+        model: Any classifier; its ``aux_loss()`` (MoE balancing losses) is added when it has one.
         x: [examples, features] float32.
         y: [examples] int64 labels.
+        generator: Shuffling RNG (default: torch's global one).
+        one_cycle: One-cycle learning rate (warm-up, then annealing) instead of a constant ``lr``.
+            Pruning masks registered by ``torch.nn.utils.prune`` stay applied (their forward hooks
+            multiply the weights), so pruned weights stay zero.
     """
-    torch.manual_seed(seed)
-    num_classes = int(y.max()) + 1
-    model = build_model(spec, x.shape[1], num_classes)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
-    inputs, labels = torch.from_numpy(x), torch.from_numpy(y)
+    if epochs == 0:
+        return model
+    inputs, labels = torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.int64)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     steps = epochs * -(-len(inputs) // batch_size)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, lr, total_steps=steps)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, lr, total_steps=steps) if one_cycle else None
     model.train()
     for _ in range(epochs):
-        order = torch.randperm(len(inputs))
-        for start in range(0, len(inputs), batch_size):
-            rows = order[start:start + batch_size]
+        for rows in torch.randperm(len(inputs), generator=generator).split(batch_size):
             loss = F.cross_entropy(model(inputs[rows]), labels[rows])
             if hasattr(model, "aux_loss"):
                 loss = loss + model.aux_loss()
-            optimizer.zero_grad()
+            optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            schedule.step()
+            if schedule is not None:
+                schedule.step()
     return model.eval()
 
 
-@torch.no_grad()
-def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray) -> float:
-    """Share of ``x`` that ``model`` classifies as ``y``."""
-    return float((model(torch.from_numpy(x)).argmax(dim=-1).numpy() == y).mean())
+@torch.inference_mode()
+def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 1024) -> float:
+    """Share of ``x`` that ``model`` (put in eval mode) classifies as ``y``."""
+    model.eval()
+    inputs = torch.as_tensor(x, dtype=torch.float32)
+    predictions = torch.cat([model(chunk).argmax(-1) for chunk in inputs.split(batch_size)])
+    return float((predictions.numpy() == y).mean())
+
+
+def fit_classifier(spec, x: np.ndarray, y: np.ndarray, *, epochs: int, batch_size: int = 256, lr: float = 3e-3,
+                   seed: int = 0) -> nn.Module:
+    """A fresh registry model (``spec``: ``MLPSpec``, ``CNN1dSpec`` ...) trained with a one-cycle
+    schedule; returns it in eval mode."""
+    torch.manual_seed(seed)
+    model = build_model(spec, x.shape[1], int(y.max()) + 1)
+    return fit(model, x, y, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=1e-4, one_cycle=True)
 
 
 def fit_and_save(path: str | Path, spec, data: dict[str, np.ndarray], *, epochs: int, **fit_args) -> Path:
