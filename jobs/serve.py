@@ -10,11 +10,19 @@ import sys
 from typing import Optional, Sequence
 
 from scaleforge.config import ServeConfig, run_job
-from serving.run import run_config
+from scaleforge.deploy import AppCheckError, serve_until_interrupted
+
+
+def _serve(cfg: ServeConfig) -> str:
+    try:
+        return serve_until_interrupted(cfg)
+    except AppCheckError as err:  # raised before Ray starts: a config error, exit 2 like the schema's
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_job(ServeConfig, run_config, argv, prog="jobs.serve")
+    return run_job(ServeConfig, _serve, argv, prog="jobs.serve")
 
 
 if __name__ == "__main__":

@@ -17,10 +17,10 @@ def serve_and_query(pipeline) -> dict[str, Any]:
     """Start Serve with the pipeline's calibrated config, query every served model, stop Serve."""
     from ray import serve
 
-    from serving.run import run_config
+    from scaleforge.deploy import deploy
 
     cfg, placement = pipeline.serve_config()
-    url = run_config(cfg, block=False)
+    url = deploy(cfg)
     try:
         x, y = _test_set(pipeline)
         return {"url": url, "inputs": len(y), "placement": placement,
