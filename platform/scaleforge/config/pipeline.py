@@ -1,7 +1,7 @@
 """Schema of the main job (``jobs.pipeline``): every stage's own config, chained through one output folder."""
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, Optional, get_args
 
 from pydantic import Field, PositiveInt, model_validator
 
@@ -9,8 +9,9 @@ from scaleforge.config.async_sgd import AsyncSGDConfig
 from scaleforge.config.loader import ConfigError, load_config
 from scaleforge.config.schema import TrainJobConfig, _Section
 
-STAGES = ("teacher", "async_sgd", "compress", "moe", "calibrate", "serve", "query")
 Stage = Literal["teacher", "async_sgd", "compress", "moe", "calibrate", "serve", "query"]
+"""The main job's stages, in the order they run: the one list that ``STAGES`` and ``--from`` read."""
+STAGES: tuple[Stage, ...] = get_args(Stage)
 
 
 class StageSpec(_Section):
