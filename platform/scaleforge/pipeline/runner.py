@@ -54,6 +54,7 @@ class Pipeline:
                         and (record := self._read_record(stage)) is not None}
 
     def record_path(self, stage: Stage) -> Path:
+        """``records/<stage>.json`` in the output folder."""
         return self.out / "records" / f"{stage}.json"
 
     def run(self) -> Records:
