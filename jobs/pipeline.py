@@ -8,50 +8,49 @@ Each stage reuses its artifacts when a previous run recorded them; ``--from STAG
 and every later one. Stages: teacher, async_sgd, compress, moe, calibrate, serve, query.
 """
 
+import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from scaleforge.config import run_job
-from scaleforge.config.pipeline import STAGES, PipelineConfig
-from scaleforge.pipeline import Pipeline, StageFailed
+from scaleforge.config.pipeline import STAGES, PipelineConfig, Stage
+from scaleforge.pipeline import Pipeline, RecordError, Records, StageFailed
 from scaleforge.pipeline.preflight import check_runnable
-from scaleforge.pipeline.query import serve_and_query
 from scaleforge.pipeline.report import final_table, write_report
 from scaleforge.runtime import ensure_ray
 
 
 @dataclass
 class PipelineResult:
-    records: dict[str, Any]
+    records: Records
     report: Path
 
     def summary(self) -> str:
         return f"{final_table(self.records)}\nreport: {self.report}"
 
 
-def run_pipeline(cfg: PipelineConfig, redo_from: Optional[str] = None) -> PipelineResult:
-    pipeline = Pipeline(cfg, redo_from)
+def run_pipeline(cfg: PipelineConfig, redo_from: Optional[Stage] = None) -> PipelineResult:
+    pipeline = Pipeline(cfg, redo_from)  # reads the records it reuses: a stale one fails here, before Ray
     # Logical CPUs for the Serve stage's many small deployments next to the training stages' workers.
     ensure_ray(min_cpus=8)
-    records = pipeline.run(serve_and_query)
+    records = pipeline.run()
     return PipelineResult(records, write_report(records, pipeline.out / "report"))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    redo_from = None
-    if "--from" in argv:
-        at = argv.index("--from")
-        redo_from = argv[at + 1] if at + 1 < len(argv) else ""
-        del argv[at:at + 2]
-        if redo_from not in STAGES:
-            print(f"error: --from {redo_from!r}: not a stage; stages are {', '.join(STAGES)}", file=sys.stderr)
-            return 2
+    # --from is this job's own option; --config and --set go on to the shared job parser.
+    parser = argparse.ArgumentParser(prog="python -m jobs.pipeline", add_help=False, allow_abbrev=False,
+                                     exit_on_error=False)
+    parser.add_argument("--from", dest="redo_from", choices=STAGES, help="redo this stage and every later one")
     try:
-        return run_job(PipelineConfig, lambda cfg: run_pipeline(cfg, redo_from), argv, prog="jobs.pipeline",
+        known, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+        return run_job(PipelineConfig, lambda cfg: run_pipeline(cfg, known.redo_from), rest, prog="jobs.pipeline",
                        preflight=check_runnable)
+    except (argparse.ArgumentError, RecordError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except StageFailed as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

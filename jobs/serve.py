@@ -2,19 +2,20 @@
 
     python -m jobs.serve --config configs/serve.yaml [--set http_options.port=8123 ...]
 
-The config is checked (schema, artifacts, shapes) before Ray starts; then every app is deployed
-on the cluster (``RAY_ADDRESS``, or an embedded local Ray) and the job blocks until Ctrl-C.
+The config is checked (schema, artifacts, shapes, the app builder's import path) before Ray starts;
+then every app is deployed on the cluster (``RAY_ADDRESS``, or an embedded local Ray) and the job
+blocks until Ctrl-C.
 """
 
 import sys
 from typing import Optional, Sequence
 
 from scaleforge.config import ServeConfig, run_job
-from serving.run import run_config
+from scaleforge.deploy import check_applications, serve_until_interrupted
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_job(ServeConfig, run_config, argv, prog="jobs.serve")
+    return run_job(ServeConfig, serve_until_interrupted, argv, prog="jobs.serve", preflight=check_applications)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,9 @@ ingress holds the routers and a handle to each model.
 
 from ray.serve import Application
 
-from scaleforge.artifacts.servable import servable_shapes
 from scaleforge.config.serve import ServeArgs
-from serving.ingress import ModelInfo, V2Ingress
+from scaleforge.deploy import model_infos
+from serving.ingress import V2Ingress
 from serving.models import ModelServer
 
 
@@ -28,30 +28,3 @@ def build_app(args: ServeArgs) -> Application:
     infos = model_infos(args)
     handles = {m.name: ModelServer.options(name=f"model-{m.name}", **m.options()).bind(m) for m in args.models}
     return V2Ingress.options(name="ingress", **args.ingress.options()).bind(args, handles, infos)
-
-
-def model_infos(args: ServeArgs) -> dict[str, ModelInfo]:
-    """Shapes of every served name, read from the artifacts' manifests (no weights loaded)."""
-    infos = {m.name: ModelInfo("model", *servable_shapes(m.artifact)) for m in args.models}
-    for cascade in args.cascades:
-        stages = [infos[s.model] for s in cascade.stages]
-        _same_shapes(f"cascade {cascade.name!r}", [s.model for s in cascade.stages], stages)
-        infos[cascade.name] = ModelInfo("cascade", stages[0].input_dim, stages[0].num_classes)
-    for router in args.moe:
-        experts = [infos[e] for e in router.experts]
-        _same_shapes(f"moe {router.name!r}", router.experts, experts)
-        gate = infos[router.gate]
-        if gate.num_classes != len(router.experts) or gate.input_dim != experts[0].input_dim:
-            raise ValueError(f"moe {router.name!r}: gate '{router.gate}' maps {gate.input_dim} features to "
-                             f"{gate.num_classes} scores; it needs {experts[0].input_dim} features and one score "
-                             f"per expert ({len(router.experts)})")
-        infos[router.name] = ModelInfo("moe", experts[0].input_dim, experts[0].num_classes)
-    return infos
-
-
-def _same_shapes(owner: str, names: list[str], infos: list[ModelInfo]) -> None:
-    first = infos[0]
-    for name, info in zip(names, infos):
-        if (info.input_dim, info.num_classes) != (first.input_dim, first.num_classes):
-            raise ValueError(f"{owner}: model '{name}' maps {info.input_dim} features to {info.num_classes} classes, "
-                             f"'{names[0]}' maps {first.input_dim} to {first.num_classes}")

@@ -9,7 +9,6 @@ for anything a client sent.
 import asyncio
 import hmac
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -24,26 +23,13 @@ from ray.serve.handle import DeploymentHandle
 
 import scaleforge
 from scaleforge.config.serve import AuthSpec, ServeArgs
+from scaleforge.deploy import ModelInfo
 from serving.cascade import CascadeRouter
 from serving.metrics import RoutingMetrics
 from serving.models import CoalescingClient
 from serving.moe import MoERouter
 from serving.protocol import (InferRequest, ProtocolError, V2Response, infer_response, model_metadata,
                               parse_infer_request)
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the ingress knows about a served name before calling anything."""
-
-    kind: str
-    input_dim: int
-    num_classes: int
-
-    @property
-    def outputs(self) -> list[str]:
-        trace = {"cascade": ["stage", "confidence"], "moe": ["experts", "fallback"]}.get(self.kind, [])
-        return ["class", "probabilities", *trace]
 
 
 class PlainModel:

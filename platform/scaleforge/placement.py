@@ -10,12 +10,15 @@ machine) nothing changes: Ray's default placement is already right.
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable, Literal
 
 from scaleforge.artifacts.store import read_manifest
+from scaleforge.config.serve import ServeArgs
 from scaleforge.hardware import DeviceReport
 
 NODE_ID_LABEL = "ray.io/node-id"
+Placed = Literal["cpu", "gpu", "any"]
+"""Where a served model goes: the CPU-only nodes, the GPU nodes, or wherever Ray puts it."""
 
 
 @dataclass(frozen=True)
@@ -48,38 +51,37 @@ def node_selector(node_ids: Iterable[str]) -> dict[str, str]:
     return {NODE_ID_LABEL: f"in({','.join(sorted(node_ids))})"}
 
 
-def place_models(args: dict[str, Any], hardware: ClusterHardware, *, gpu_share: float = 0.25,
-                 gpu_min_parameters: int = 100_000) -> tuple[dict[str, Any], dict[str, str]]:
+def place_models(args: ServeArgs, hardware: ClusterHardware, *, gpu_share: float = 0.25,
+                 gpu_min_parameters: int = 100_000) -> tuple[ServeArgs, dict[str, Placed]]:
     """The Serve app ``args`` with each model's placement for ``hardware``.
 
     Returns:
         (new args, {model name: "cpu" | "gpu" | "any"}). A cascade's first stage goes to the CPU
         nodes; each cascade's last stage, and every model with at least ``gpu_min_parameters``
         weights, to the GPU nodes (``gpu_share`` of a GPU per replica). The rest, and every model on
-        a cluster of one kind, is left to Ray.
+        a cluster of one kind, is left to Ray (then ``args`` itself comes back).
     """
-    models = args["models"]
     if not hardware.mixed:
-        return args, {m["name"]: "any" for m in models}
-    cheap = {c["stages"][0]["model"] for c in args.get("cascades", [])}
-    large = {c["stages"][-1]["model"] for c in args.get("cascades", [])}
-    large |= {m["name"] for m in models if _parameters(m["artifact"]) >= gpu_min_parameters}
+        return args, {m.name: "any" for m in args.models}
+    cheap = {c.stages[0].model for c in args.cascades}
+    large = {c.stages[-1].model for c in args.cascades}
+    large |= {m.name for m in args.models if _parameters(m.artifact) >= gpu_min_parameters}
     if cheap & large:
         raise ValueError(f"models {sorted(cheap & large)} are both a cascade's cheap first stage and large; "
                          "raise gpu_min_parameters or serve another first stage")
     placed, where = [], {}
-    for model in models:
-        name = model["name"]
-        if name in cheap:
-            model = {**model, "num_gpus": 0, "label_selector": node_selector(hardware.cpu_nodes)}
-            where[name] = "cpu"
-        elif name in large:
-            model = {**model, "num_gpus": gpu_share, "label_selector": node_selector(hardware.gpu_nodes)}
-            where[name] = "gpu"
+    for model in args.models:
+        if model.name in cheap:
+            model = model.model_copy(update={"num_gpus": 0.0, "label_selector": node_selector(hardware.cpu_nodes)})
+            where[model.name] = "cpu"
+        elif model.name in large:
+            model = model.model_copy(update={"num_gpus": gpu_share,
+                                             "label_selector": node_selector(hardware.gpu_nodes)})
+            where[model.name] = "gpu"
         else:
-            where[name] = "any"
+            where[model.name] = "any"
         placed.append(model)
-    return {**args, "models": placed}, where
+    return args.model_copy(update={"models": placed}), where
 
 
 def _parameters(artifact: str) -> int:

@@ -25,6 +25,7 @@ def main() -> None:
     from ray import serve
 
     from scaleforge.cluster import free_ports
+    from scaleforge.config.serve import ServeArgs
     from scaleforge.data import load_mnist1d
     from scaleforge.hardware import measure_cluster
     from scaleforge.models import MLPSpec
@@ -42,11 +43,11 @@ def main() -> None:
     ray.init(address=cluster.address, logging_level="ERROR")
     try:
         hardware = ClusterHardware.from_reports(measure_cluster(cpu_size=128, gpu_size=128, repeats=1))
-        args = {"models": [{"name": "student", "artifact": str(student), "num_cpus": 0.5},
-                           {"name": "teacher", "artifact": str(teacher), "num_cpus": 0.5}],
-                "cascades": [{"name": "cascade", "stages": [{"model": "student", "threshold": 0.9},
-                                                            {"model": "teacher"}]}],
-                "ingress": {"num_cpus": 0.25}}
+        args = ServeArgs.model_validate(
+            {"models": [{"name": "student", "artifact": str(student), "num_cpus": 0.5},
+                        {"name": "teacher", "artifact": str(teacher), "num_cpus": 0.5}],
+             "cascades": [{"name": "cascade", "stages": [{"model": "student", "threshold": 0.9}, {"model": "teacher"}]}],
+             "ingress": {"num_cpus": 0.25}})
         args, where = place_models(args, hardware, gpu_share=0.5)
         (port,) = free_ports(1)
         serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")

@@ -6,6 +6,7 @@ import pytest
 
 from drills import run_drill
 from scaleforge.artifacts import save_artifact
+from scaleforge.config.serve import ServeArgs
 from scaleforge.hardware import DeviceReport
 from scaleforge.models import MLPSpec, build_model
 from scaleforge.placement import ClusterHardware, node_selector, place_models
@@ -24,8 +25,8 @@ def _artifact(folder: Path, hidden: list[int]) -> str:
 def app_args(tmp_path_factory):
     root = tmp_path_factory.mktemp("placement")
     models = {"student": [4], "teacher": [512, 256], "gate": [8], "helper": [16]}
-    return {"models": [{"name": n, "artifact": _artifact(root / n, h)} for n, h in models.items()],
-            "cascades": [{"name": "c", "stages": [{"model": "student", "threshold": 0.9}, {"model": "teacher"}]}]}
+    return ServeArgs(models=[{"name": n, "artifact": _artifact(root / n, h)} for n, h in models.items()],
+                     cascades=[{"name": "c", "stages": [{"model": "student", "threshold": 0.9}, {"model": "teacher"}]}])
 
 
 def test_a_mixed_cluster_puts_the_cheap_stage_on_cpu_nodes_and_large_models_on_gpu_nodes(app_args):
@@ -35,11 +36,11 @@ def test_a_mixed_cluster_puts_the_cheap_stage_on_cpu_nodes_and_large_models_on_g
     assert hardware == ClusterHardware(("a",), ("b", "c"))
     placed, where = place_models(app_args, hardware, gpu_share=0.25, gpu_min_parameters=10_000)
     assert where == {"student": "cpu", "teacher": "gpu", "gate": "any", "helper": "any"}
-    models = {m["name"]: m for m in placed["models"]}
-    assert models["student"]["label_selector"] == {"ray.io/node-id": "in(a)"} and models["student"]["num_gpus"] == 0
-    assert models["teacher"]["label_selector"] == node_selector(["c", "b"]) == {"ray.io/node-id": "in(b,c)"}
-    assert models["teacher"]["num_gpus"] == 0.25
-    assert "label_selector" not in models["gate"]
+    models = {m.name: m for m in placed.models}
+    assert models["student"].label_selector == {"ray.io/node-id": "in(a)"} and models["student"].num_gpus == 0
+    assert models["teacher"].label_selector == node_selector(["c", "b"]) == {"ray.io/node-id": "in(b,c)"}
+    assert models["teacher"].num_gpus == 0.25
+    assert models["gate"].label_selector is None and app_args.models[0].label_selector is None
     # A lower size bar makes more models large; the cheap first stage may never be one of them.
     _, where = place_models(app_args, hardware, gpu_min_parameters=400)
     assert where["gate"] == "gpu" and where["helper"] == "gpu"

@@ -50,10 +50,9 @@ def test_serve_job_refuses_missing_artifacts_before_ray_starts(tmp_path, capsys)
     config = tmp_path / "serve.yaml"
     config.write_text("# python -m jobs.serve --config serve.yaml\n" + yaml.safe_dump(raw))
     started_before = ray.is_initialized()
-    with pytest.raises(SystemExit) as exit_info:
-        jobs.serve.main(["--config", str(config)])
-    assert exit_info.value.code == 2
+    assert jobs.serve.main(["--config", str(config)]) == 2
     error = capsys.readouterr().err
-    assert "error: application 'scaleforge':" in error and "not a model artifact (no manifest.json)" in error
+    assert error.startswith(f"error: {config}: application 'scaleforge':")
+    assert "not a model artifact (no manifest.json)" in error and len(error.strip().splitlines()) == 1
     assert ray.is_initialized() == started_before
     assert jobs.serve.main(["--config", str(config), "--set", "http_options.port=70000"]) == 2

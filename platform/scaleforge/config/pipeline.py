@@ -4,14 +4,15 @@ The stage configs are files named here, not read here: :func:`scaleforge.pipelin
 loads and checks them before the first stage starts.
 """
 
-from typing import Literal, Optional
+from typing import Literal, Optional, get_args
 
 from pydantic import Field, PositiveInt
 
 from scaleforge.config.schema import _Section
 
-STAGES = ("teacher", "async_sgd", "compress", "moe", "calibrate", "serve", "query")
 Stage = Literal["teacher", "async_sgd", "compress", "moe", "calibrate", "serve", "query"]
+"""The main job's stages, in the order they run: the one list that ``STAGES`` and ``--from`` read."""
+STAGES: tuple[Stage, ...] = get_args(Stage)
 
 
 class StageSpec(_Section):

@@ -1,5 +1,6 @@
 """The main job: train, compress, calibrate, serve, query, report (``jobs.pipeline``)."""
 
-from scaleforge.pipeline.stages import Pipeline, StageFailed
+from scaleforge.pipeline.records import Records
+from scaleforge.pipeline.runner import PIPELINE, Pipeline, RecordError, StageFailed
 
-__all__ = ["Pipeline", "StageFailed"]
+__all__ = ["PIPELINE", "Pipeline", "RecordError", "Records", "StageFailed"]

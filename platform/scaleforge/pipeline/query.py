@@ -1,47 +1,44 @@
-"""Deploy the calibrated Serve config and send the held-out test set through its HTTP endpoint."""
+"""The query stage: the held-out test set sent through every served model's HTTP endpoint."""
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import httpx
 import numpy as np
 
+from scaleforge.config.pipeline import QuerySpec
 from scaleforge.data import DataSpec, load_arrays
+from scaleforge.pipeline.base import PipelineStage, StageContext
+from scaleforge.pipeline.records import QueryRecord, ServedModelResult
 
 SERVED = ("teacher", "student", "cascade", "moe")
 """The endpoint's models queried: both ends of the cascade, the cascade itself and the MoE router."""
 
 
-def serve_and_query(pipeline) -> dict[str, Any]:
-    """Start Serve with the pipeline's calibrated config, query every served model, stop Serve."""
-    from ray import serve
+class QueryStage(PipelineStage):
+    """Accuracy, latency and routing shares of every served model, measured over HTTP."""
 
-    from serving.run import run_config
+    name = "query"
+    record = QueryRecord
+    reusable = False
 
-    cfg, placement = pipeline.serve_config()
-    url = run_config(cfg, block=False)
-    try:
-        x, y = _test_set(pipeline)
-        return {"url": url, "inputs": len(y), "placement": placement,
-                "models": {name: query_model(url, name, x, y, pipeline.cfg.query) for name in SERVED}}
-    finally:
-        serve.shutdown()
+    def run(self, ctx: StageContext) -> QueryRecord:
+        served = ctx.records.serve
+        x, y = test_set(ctx.records.calibrate.data)
+        limit = ctx.cfg.query.max_inputs or len(y)
+        x, y = x[:limit], y[:limit]
+        models = {name: query_model(served.url, name, x, y, ctx.cfg.query) for name in SERVED}
+        return QueryRecord(url=served.url, inputs=len(y), placement=served.placement, models=models,
+                           pipeline_wall_s=time.perf_counter() - ctx.started)
 
 
-def test_set(calibrate_record: dict) -> tuple[np.ndarray, np.ndarray]:
+def test_set(data: DataSpec) -> tuple[np.ndarray, np.ndarray]:
     """The held-out split of the data that the cascade was calibrated on."""
-    arrays = load_arrays(DataSpec.model_validate(calibrate_record["data"]))
+    arrays = load_arrays(data)
     return arrays.x_test.astype(np.float32), arrays.y_test
 
 
-def _test_set(pipeline) -> tuple[np.ndarray, np.ndarray]:
-    x, y = test_set(pipeline.records["calibrate"])
-    limit = pipeline.cfg.query.max_inputs or len(y)
-    return x[:limit], y[:limit]
-
-
-def query_model(url: str, name: str, x: np.ndarray, y: np.ndarray, spec) -> dict[str, Any]:
+def query_model(url: str, name: str, x: np.ndarray, y: np.ndarray, spec: QuerySpec) -> ServedModelResult:
     """POST the inputs in batches from ``spec.concurrency`` clients; accuracy, latency and routing shares."""
     batches = [(start, x[start:start + spec.batch_size]) for start in range(0, len(x), spec.batch_size)]
     parameters = {"trace": True} if name in ("cascade", "moe") else {}
@@ -62,13 +59,14 @@ def query_model(url: str, name: str, x: np.ndarray, y: np.ndarray, spec) -> dict
         wall = time.perf_counter() - began
     outputs = {key: np.concatenate([a[2][key] for a in answers]) for key in answers[0][2]}
     latencies = np.array([a[1] for a in answers]) * 1e3
-    result = {"accuracy": float((outputs["class"].ravel() == y).mean()), "p50_ms": float(np.percentile(latencies, 50)),
-              "p99_ms": float(np.percentile(latencies, 99)), "inputs_per_s": len(y) / wall}
+    result = ServedModelResult(accuracy=float((outputs["class"].ravel() == y).mean()),
+                               p50_ms=float(np.percentile(latencies, 50)), p99_ms=float(np.percentile(latencies, 99)),
+                               inputs_per_s=len(y) / wall)
     if "stage" in outputs:
         stages = outputs["stage"].ravel().astype(int)
-        result["answered_per_stage"] = [float((stages == s).mean()) for s in range(int(stages.max()) + 1)]
+        result.answered_per_stage = [float((stages == s).mean()) for s in range(int(stages.max()) + 1)]
     if "experts" in outputs:
         first = outputs["experts"][:, 0].astype(int)
-        result["first_expert_share"] = [float((first == e).mean()) for e in range(int(first.max()) + 1)]
-        result["fallbacks"] = int(np.asarray(outputs.get("fallback", np.zeros(1))).sum())
+        result.first_expert_share = [float((first == e).mean()) for e in range(int(first.max()) + 1)]
+        result.fallbacks = int(np.asarray(outputs.get("fallback", np.zeros(1))).sum())
     return result

@@ -2,11 +2,13 @@
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from scaleforge.artifacts.servable import load_servable
+from scaleforge.config import ServeConfig, load_config
+from scaleforge.pipeline.query import test_set
+from scaleforge.pipeline.records import Placement, Records
 from scaleforge.routing.cascade import simulate_cascade
 
 PLOTS = {
@@ -17,45 +19,45 @@ PLOTS = {
 }
 
 
-def final_table(records: dict[str, Any]) -> str:
+def final_table(records: Records) -> str:
     """One row per served model, then sizes and speedups of the compressed model."""
-    query = records["query"]
+    query = records.query
     lines = [f"{'served model':14s} {'accuracy':>8s} {'p50 ms':>7s} {'p99 ms':>7s} {'inputs/s':>9s}  routing"]
-    for name, row in query["models"].items():
+    for name, row in query.models.items():
         routing = ""
-        if "answered_per_stage" in row:
-            routing = "answered per stage " + " / ".join(f"{s:.0%}" for s in row["answered_per_stage"])
-        if "first_expert_share" in row:
-            routing = ("first expert " + " ".join(f"{s:.0%}" for s in row["first_expert_share"])
-                       + f"; fallbacks {row['fallbacks']}")
-        lines.append(f"{name:14s} {row['accuracy']:8.4f} {row['p50_ms']:7.1f} {row['p99_ms']:7.1f} "
-                     f"{row['inputs_per_s']:9.0f}  {routing}")
-    report = records["compress"]["report"]
-    teacher, slim = report["teacher"], report["recipe"][-1]
-    lines.append(f"compressed model: {slim['bytes']:,} bytes against the teacher's {teacher['bytes']:,} "
-                 f"({slim['vs_teacher']['smaller']:.1f}x smaller), "
-                 f"{slim['vs_teacher']['speedup'].get('64', float('nan')):.1f}x faster at batch 64, accuracy "
-                 f"{slim['accuracy']:.4f} against {teacher['accuracy']:.4f}")
-    runs = records["async_sgd"]["runs"]
-    lines.append("parameter server: " + ", ".join(f"{mode} {run['test_accuracy']:.4f} in {run['wall_s']:.0f} s"
+        if row.answered_per_stage is not None:
+            routing = "answered per stage " + " / ".join(f"{s:.0%}" for s in row.answered_per_stage)
+        if row.first_expert_share is not None:
+            routing = ("first expert " + " ".join(f"{s:.0%}" for s in row.first_expert_share)
+                       + f"; fallbacks {row.fallbacks}")
+        lines.append(f"{name:14s} {row.accuracy:8.4f} {row.p50_ms:7.1f} {row.p99_ms:7.1f} "
+                     f"{row.inputs_per_s:9.0f}  {routing}")
+    report = records.compress.report
+    teacher, slim = report.teacher, report.recipe[-1]
+    lines.append(f"compressed model: {slim.bytes:,} bytes against the teacher's {teacher.bytes:,} "
+                 f"({slim.vs_teacher.smaller:.1f}x smaller), "
+                 f"{slim.vs_teacher.speedup.get('64', float('nan')):.1f}x faster at batch 64, accuracy "
+                 f"{slim.accuracy:.4f} against {teacher.accuracy:.4f}")
+    runs = records.async_sgd.runs
+    lines.append("parameter server: " + ", ".join(f"{mode} {run.test_accuracy:.4f} in {run.wall_s:.0f} s"
                                                   for mode, run in runs.items()))
-    lines.append(placement_line(query.get("placement", {"enabled": False})))
-    lines.append(f"pipeline wall-clock: {query['pipeline_wall_s']:.0f} s")
+    lines.append(placement_line(query.placement))
+    lines.append(f"pipeline wall-clock: {query.pipeline_wall_s:.0f} s")
     return "\n".join(lines)
 
 
-def placement_line(placement: dict[str, Any]) -> str:
+def placement_line(placement: Placement) -> str:
     """Where the served models were placed, and why."""
-    if not placement["enabled"]:
+    if not placement.enabled:
         return "placement: off (Ray's default)"
-    nodes = f"{placement['cpu_nodes']} CPU-only and {placement['gpu_nodes']} GPU node(s) measured"
-    if placement["cpu_nodes"] and placement["gpu_nodes"]:
-        placed = ", ".join(f"{name} on {kind}" for name, kind in placement["models"].items() if kind != "any")
+    nodes = f"{placement.cpu_nodes} CPU-only and {placement.gpu_nodes} GPU node(s) measured"
+    if placement.cpu_nodes and placement.gpu_nodes:
+        placed = ", ".join(f"{name} on {kind}" for name, kind in placement.models.items() if kind != "any")
         return f"placement: {nodes}; {placed}"
     return f"placement: {nodes}; one kind of node, Ray's default placement"
 
 
-def write_report(records: dict[str, Any], folder: Path) -> Path:
+def write_report(records: Records, folder: Path) -> Path:
     """``report.md`` and its plots in ``folder``; returns the markdown's path."""
     import matplotlib
 
@@ -63,16 +65,16 @@ def write_report(records: dict[str, Any], folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     _training_curves(records, folder / "training_curves.png")
     _sync_vs_async(records, folder / "sync_vs_async.png")
-    shutil.copyfile(Path(records["compress"]["output"]) / "accuracy_vs_size_latency.png",
+    shutil.copyfile(Path(records.compress.output) / "accuracy_vs_size_latency.png",
                     folder / "compression_accuracy_vs_size.png")
     _cascade_curve(records, folder / "cascade_accuracy_vs_cost.png")
-    calibrate = records["calibrate"]
+    calibrate = records.calibrate
     markdown = [
         "# scaleforge pipeline report", "",
         "```", final_table(records), "```", "",
-        f"Cascade thresholds {calibrate['thresholds']} calibrated on validation data: held-out accuracy "
-        f"{calibrate['accuracy']:.4f} against {calibrate['last_stage_accuracy']:.4f} for the teacher alone, "
-        "answered per stage " + " / ".join(f"{s:.1%}" for s in calibrate["answered_per_stage"]) + ".", "",
+        f"Cascade thresholds {calibrate.thresholds} calibrated on validation data: held-out accuracy "
+        f"{calibrate.accuracy:.4f} against {calibrate.last_stage_accuracy:.4f} for the teacher alone, "
+        "answered per stage " + " / ".join(f"{s:.1%}" for s in calibrate.answered_per_stage) + ".", "",
     ]
     for name, title in PLOTS.items():
         markdown += [f"## {title}", "", f"![{title}]({name})", ""]
@@ -95,35 +97,29 @@ def _save(plt, figure, axis, path: Path) -> None:
     plt.close(figure)
 
 
-def _training_curves(records, path: Path) -> None:
+def _training_curves(records: Records, path: Path) -> None:
     plt, figure, axis = _figure()
-    for stage in ("teacher", "moe"):
-        history = records[stage]["history"]
-        axis.plot([h["epoch"] for h in history], [h["test_accuracy"] for h in history], marker="o", label=stage)
+    for stage, trained in (("teacher", records.teacher), ("moe", records.moe)):
+        history = trained.history
+        axis.plot([h.epoch for h in history], [h.test_accuracy for h in history], marker="o", label=stage)
     axis.set(xlabel="epoch", ylabel="test accuracy", title="Data-parallel training on Ray Train")
     _save(plt, figure, axis, path)
 
 
-def _sync_vs_async(records, path: Path) -> None:
+def _sync_vs_async(records: Records, path: Path) -> None:
     plt, figure, axis = _figure()
-    for mode, run in records["async_sgd"]["runs"].items():
-        axis.plot([p["seconds"] for p in run["curve"]], [p["test_accuracy"] for p in run["curve"]], label=mode)
+    for mode, run in records.async_sgd.runs.items():
+        axis.plot([p.seconds for p in run.curve], [p.test_accuracy for p in run.curve], label=mode)
     axis.set(xlabel="wall-clock (s)", ylabel="test accuracy", title="Parameter server: sync against async")
     _save(plt, figure, axis, path)
 
 
-def _cascade_curve(records, path: Path) -> None:
+def _cascade_curve(records: Records, path: Path) -> None:
     """Every threshold's accuracy and escalation share on the test set, the calibrated one marked."""
-    import yaml
-
-    from scaleforge.config import ServeConfig
-    from scaleforge.pipeline.query import test_set
-
-    raw = yaml.safe_load(Path(records["calibrate"]["serve_config"]).read_text())
-    app = ServeConfig.model_validate(raw).applications[0].args
+    app = load_config(ServeConfig, records.calibrate.serve_config).applications[0].args
     cascade = app.cascades[0]
     models = [load_servable(app.model(stage.model).artifact).module for stage in cascade.stages]
-    x, y = (torch.from_numpy(a) for a in test_set(records["calibrate"]))
+    x, y = (torch.from_numpy(a) for a in test_set(records.calibrate.data))
     with torch.inference_mode():
         probs = [model(x).softmax(-1) for model in models]
     points = []
@@ -132,7 +128,7 @@ def _cascade_curve(records, path: Path) -> None:
         points.append((1 - result.answered_at(0), float((result.predictions == y).float().mean())))
     plt, figure, axis = _figure()
     axis.plot(*zip(*points), marker=".", label="thresholds 0 to 1")
-    chosen = simulate_cascade(probs, records["calibrate"]["thresholds"], cascade.measure)
+    chosen = simulate_cascade(probs, records.calibrate.thresholds, cascade.measure)
     axis.scatter([1 - chosen.answered_at(0)], [float((chosen.predictions == y).float().mean())], color="red",
                  zorder=3, label="calibrated")
     axis.axhline(float((probs[-1].argmax(-1) == y).float().mean()), color="gray", linestyle="--", label="teacher alone")

@@ -1,0 +1,136 @@
+"""Deploy a validated Serve config (``configs/serve.yaml``): check every app, then start Serve and run each app.
+
+What ``python -m jobs.serve`` and the main job's serve stage do. Every app's artifacts and shapes
+are checked from their manifests before Ray starts (:func:`check_applications`); then each app
+is built from the ``import_path`` its config names, imported the way ``serve run`` imports it,
+with its ``args``. The app modules themselves (``serving/``) are never imported by name here.
+"""
+
+import importlib
+import time
+from dataclasses import dataclass
+
+from ray import serve
+from ray.serve import Application
+
+from scaleforge.artifacts import ArtifactError
+from scaleforge.artifacts.servable import servable_shapes
+from scaleforge.config.loader import ConfigError
+from scaleforge.config.serve import ServeArgs, ServeConfig
+from scaleforge.runtime import ensure_ray
+
+
+class AppCheckError(ConfigError):
+    """An application cannot be served: an artifact is missing or malformed, or its models' shapes disagree."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the ingress knows about a served name before calling anything."""
+
+    kind: str
+    input_dim: int
+    num_classes: int
+
+    @property
+    def outputs(self) -> list[str]:
+        trace = {"cascade": ["stage", "confidence"], "moe": ["experts", "fallback"]}.get(self.kind, [])
+        return ["class", "probabilities", *trace]
+
+
+def model_infos(args: ServeArgs) -> dict[str, ModelInfo]:
+    """Shapes of every served name, read from the artifacts' manifests (no weights loaded).
+
+    Raises:
+        scaleforge.artifacts.ArtifactError: a model's artifact is missing or malformed.
+        ValueError: models that one cascade or MoE router combines disagree on shapes.
+    """
+    infos = {m.name: ModelInfo("model", *servable_shapes(m.artifact)) for m in args.models}
+    for cascade in args.cascades:
+        stages = [infos[s.model] for s in cascade.stages]
+        _same_shapes(f"cascade {cascade.name!r}", [s.model for s in cascade.stages], stages)
+        infos[cascade.name] = ModelInfo("cascade", stages[0].input_dim, stages[0].num_classes)
+    for router in args.moe:
+        experts = [infos[e] for e in router.experts]
+        _same_shapes(f"moe {router.name!r}", router.experts, experts)
+        gate = infos[router.gate]
+        if gate.num_classes != len(router.experts) or gate.input_dim != experts[0].input_dim:
+            raise ValueError(f"moe {router.name!r}: gate '{router.gate}' maps {gate.input_dim} features to "
+                             f"{gate.num_classes} scores; it needs {experts[0].input_dim} features and one score "
+                             f"per expert ({len(router.experts)})")
+        infos[router.name] = ModelInfo("moe", experts[0].input_dim, experts[0].num_classes)
+    return infos
+
+
+def check_applications(cfg: ServeConfig) -> None:
+    """Every app's artifacts and shapes, and that its ``import_path`` imports; no Ray resource is touched.
+
+    Raises:
+        AppCheckError: one line naming the application and the problem.
+    """
+    for app in cfg.applications:
+        try:
+            model_infos(app.args)
+            import_builder(app.import_path)
+        except (ArtifactError, ImportError, ValueError) as err:
+            raise AppCheckError(f"application {app.name!r}: {err}") from None
+
+
+def import_builder(import_path: str):
+    """The app builder (or bound app) that ``import_path`` names, ``module:attribute`` or
+    ``module.attribute``, imported with importlib as ``serve run`` does.
+
+    Raises:
+        ImportError: the module or the attribute does not exist.
+    """
+    module_name, sep, attribute = import_path.partition(":")
+    if not sep:
+        module_name, _, attribute = import_path.rpartition(".")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ImportError(f"import_path {import_path!r}: module {module_name!r} has no {attribute!r}") from None
+
+
+def deploy(cfg: ServeConfig) -> str:
+    """Check every app (before Ray starts), then start Serve and deploy each app with its args.
+
+    Returns:
+        The base URL of the HTTP proxy.
+
+    Raises:
+        AppCheckError: an app cannot be served (raised before any Ray resource is allocated).
+    """
+    check_applications(cfg)
+    ensure_ray(min_cpus=4)
+    serve.start(proxy_location=cfg.proxy_location, http_options=cfg.http_options.model_dump(exclude_none=True))
+    for app in cfg.applications:
+        target = import_builder(app.import_path)
+        application = target if isinstance(target, Application) else target(app.args)
+        serve.run(application, name=app.name, route_prefix=app.route_prefix)
+    return f"http://{cfg.http_options.host}:{cfg.http_options.port}"
+
+
+def serve_until_interrupted(cfg: ServeConfig) -> str:
+    """:func:`deploy`, then keep serving until Ctrl-C, then shut Serve down.
+
+    Returns:
+        The base URL that was served.
+    """
+    url = deploy(cfg)
+    print(f"serving {', '.join(a.name for a in cfg.applications)} at {url}/v2 (Ctrl-C stops)", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        serve.shutdown()
+    return url
+
+
+def _same_shapes(owner: str, names: list[str], infos: list[ModelInfo]) -> None:
+    first = infos[0]
+    for name, info in zip(names, infos):
+        if (info.input_dim, info.num_classes) != (first.input_dim, first.num_classes):
+            raise ValueError(f"{owner}: model '{name}' maps {info.input_dim} features to {info.num_classes} classes, "
+                             f"'{names[0]}' maps {first.input_dim} to {first.num_classes}")

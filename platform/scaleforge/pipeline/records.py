@@ -1,0 +1,183 @@
+"""What each stage of the main job recorded (``records/<stage>.json``): one pydantic model per stage.
+
+A record is validated when its stage finishes and again when a later run reads it back, so a
+renamed field fails there, naming the file and the field, not in the report at the end of a run.
+Rows that another component reports (a trainer's epoch, a parameter-server evaluation, a
+compression step) are typed where the pipeline reads them and keep the rest as reported.
+"""
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from scaleforge.data import DataSpec
+from scaleforge.hardware import DeviceReport
+from scaleforge.placement import Placed
+
+
+class StageRecord(BaseModel):
+    """Fields every stage's record has."""
+
+    # Thresholds may be infinite (``.inf`` sends everything on): written as JSON's Infinity, not null.
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+
+    wall_s: float = 0.0
+    """Seconds the stage took (set by the pipeline when the stage finishes)."""
+
+
+class _Reported(BaseModel):
+    """A row reported by another component: the fields the pipeline reads are typed, the others kept."""
+
+    model_config = ConfigDict(extra="allow", ser_json_inf_nan="constants")
+
+
+class EpochMetrics(_Reported):
+    epoch: int
+    test_accuracy: float
+
+
+class TrainRecord(StageRecord):
+    """The teacher: a data-parallel training run on Ray Train."""
+
+    artifact: str
+    metrics: dict[str, JsonValue]
+    history: list[EpochMetrics] = Field(min_length=1)
+    parameters: int
+
+
+class MoEParts(BaseModel):
+    """The artifact manifest's ``moe_parts``: the gate's and the experts' artifact folders."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gate: str
+    experts: list[str] = Field(min_length=1)
+    combine: str
+    """The gate family the experts were trained with."""
+    top_k: int
+
+
+class MoERecord(TrainRecord):
+    """The MoE model, and its gate and experts exported as separate artifacts for serving."""
+
+    parts: MoEParts
+
+
+class AccuracyAt(_Reported):
+    seconds: float
+    test_accuracy: float
+
+
+class AsyncRun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    test_accuracy: float
+    updates: int
+    wall_s: float
+    curve: list[AccuracyAt]
+    artifact: str
+    plot: str
+
+
+class AsyncSGDRecord(StageRecord):
+    """One parameter-server run per consistency mode."""
+
+    runs: dict[str, AsyncRun] = Field(min_length=1)
+
+
+class VersusTeacher(_Reported):
+    smaller: float
+    speedup: dict[str, float]
+    """Latency ratio to the teacher per batch size (keys are batch sizes as strings, as in JSON)."""
+
+
+class CompressedModel(_Reported):
+    bytes: int
+    accuracy: float
+    vs_teacher: VersusTeacher
+
+
+class CompressionReport(_Reported):
+    teacher: CompressedModel
+    recipe: list[CompressedModel] = Field(min_length=1)
+
+
+class CompressRecord(StageRecord):
+    """The compression recipe's slim model and its report."""
+
+    artifact: str
+    output: str
+    report: CompressionReport
+
+
+class CalibrateRecord(StageRecord):
+    """The Serve config written for this run, with the cascade's calibrated thresholds."""
+
+    serve_config: str
+    data: DataSpec
+    thresholds: list[float]
+    answered_per_stage: list[float]
+    accuracy: float
+    last_stage_accuracy: float
+    held_out: int
+
+
+class Placement(BaseModel):
+    """Where the served models were placed, and the measurements that decided it."""
+
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+
+    enabled: bool
+    cpu_nodes: int = 0
+    gpu_nodes: int = 0
+    models: dict[str, Placed] = Field(default_factory=dict)
+    devices: list[DeviceReport] = Field(default_factory=list)
+
+
+class ServeRecord(StageRecord):
+    """Serve running with the calibrated config, each model placed for this cluster."""
+
+    url: str
+    placement: Placement
+
+
+class ServedModelResult(BaseModel):
+    """One served model's answers to the held-out test set over HTTP."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    accuracy: float
+    p50_ms: float
+    p99_ms: float
+    inputs_per_s: float
+    answered_per_stage: Optional[list[float]] = None
+    """Cascades: the share of inputs each stage answered."""
+    first_expert_share: Optional[list[float]] = None
+    """MoE routers: the share of inputs whose first choice was each expert."""
+    fallbacks: Optional[int] = None
+    """MoE routers: inputs answered without one of their chosen experts."""
+
+
+class QueryRecord(StageRecord):
+    """The held-out test set sent through every served model."""
+
+    url: str
+    inputs: int
+    placement: Placement
+    models: dict[str, ServedModelResult]
+    pipeline_wall_s: float
+    """Seconds from the pipeline's start to the last answer."""
+
+
+class Records(BaseModel):
+    """Every stage's record, by stage name; a stage not yet run or reused has none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    teacher: Optional[TrainRecord] = None
+    async_sgd: Optional[AsyncSGDRecord] = None
+    compress: Optional[CompressRecord] = None
+    moe: Optional[MoERecord] = None
+    calibrate: Optional[CalibrateRecord] = None
+    serve: Optional[ServeRecord] = None
+    query: Optional[QueryRecord] = None

@@ -1,0 +1,106 @@
+"""The main job's stages chained through one output folder, each reusing its record when one exists.
+
+A stage's record (``records/<stage>.json``, written atomically after the stage succeeded) says
+where its artifacts are and what it measured; a later run reuses every recorded stage before
+``redo_from``. A stage that fails writes no record, and earlier records and artifacts stay as
+they were. Records to reuse are read and validated when the :class:`Pipeline` is made, before
+any stage (or Ray) starts.
+"""
+
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from pydantic import ValidationError
+
+from scaleforge.config.pipeline import STAGES, PipelineConfig, Stage
+from scaleforge.pipeline.base import PipelineStage, StageContext
+from scaleforge.pipeline.query import QueryStage
+from scaleforge.pipeline.records import Records, StageRecord
+from scaleforge.pipeline.serve import ServeStage
+from scaleforge.pipeline.stages import AsyncSGDStage, CalibrateStage, CompressStage, MoEStage, TeacherStage
+from scaleforge.storage import write_atomic
+
+_BY_NAME: dict[str, type[PipelineStage]] = {stage.name: stage for stage in (
+    TeacherStage, AsyncSGDStage, CompressStage, MoEStage, CalibrateStage, ServeStage, QueryStage)}
+if not set(STAGES) == set(_BY_NAME) == set(Records.model_fields):
+    raise ImportError(f"scaleforge.pipeline: STAGES {STAGES}, the stage classes {tuple(_BY_NAME)} and the "
+                      f"Records fields {tuple(Records.model_fields)} must name the same stages")
+PIPELINE: tuple[type[PipelineStage], ...] = tuple(_BY_NAME[name] for name in STAGES)
+"""The stage classes in the order ``STAGES`` gives."""
+
+
+class StageFailed(RuntimeError):
+    """A stage raised; the message names it and how to resume."""
+
+
+class RecordError(ValueError):
+    """A record to reuse does not validate (written by another version): names the file and the field."""
+
+
+class Pipeline:
+    """Runs the stages of ``cfg`` in order; ``redo_from`` redoes that stage and every later one.
+
+    Raises:
+        RecordError: a record that this run would reuse does not validate.
+    """
+
+    def __init__(self, cfg: PipelineConfig, redo_from: Optional[Stage] = None, log: Callable[[str], None] = print):
+        self.cfg, self.log = cfg, log
+        self.out = Path(cfg.output).expanduser().resolve()
+        self.records = Records()
+        kept = PIPELINE[:STAGES.index(redo_from)] if redo_from else PIPELINE
+        self._reused = {stage.name: record for stage in kept if stage.reusable
+                        and (record := self._read_record(stage)) is not None}
+
+    def record_path(self, stage: Stage) -> Path:
+        """``records/<stage>.json`` in the output folder."""
+        return self.out / "records" / f"{stage}.json"
+
+    def run(self) -> Records:
+        """Every stage, reused or run; whatever a stage started is freed at the end, also on failure.
+
+        Raises:
+            StageFailed: a stage raised (its record is not written).
+        """
+        ctx = StageContext(self.cfg, self.out, self.records, self.log, time.perf_counter())
+        started: list[PipelineStage] = []
+        try:
+            for index, stage_class in enumerate(PIPELINE, start=1):
+                name = stage_class.name
+                if name in self._reused:
+                    setattr(self.records, name, self._reused[name])
+                    self.log(f"[pipeline] {index}/{len(PIPELINE)} {name}: reused ({self.record_path(name)})")
+                    continue
+                self.log(f"[pipeline] {index}/{len(PIPELINE)} {name}: running ...")
+                stage = stage_class()
+                started.append(stage)
+                record = self._run_stage(stage, ctx)
+                write_atomic(self.record_path(name), record.model_dump_json(indent=2) + "\n")
+                setattr(self.records, name, record)
+                self.log(f"[pipeline] {name}: done in {record.wall_s:.1f} s")
+        finally:
+            for stage in reversed(started):
+                stage.close()
+        return self.records
+
+    def _run_stage(self, stage: PipelineStage, ctx: StageContext) -> StageRecord:
+        began = time.perf_counter()
+        try:
+            if self.cfg.fault.fail_at_stage == stage.name:
+                raise RuntimeError(f"injected failure (fault.fail_at_stage={stage.name})")
+            record = stage.run(ctx)
+        except Exception as err:
+            raise StageFailed(f"stage {stage.name} failed: {err}; earlier stages are kept, resume with "
+                              f"--from {stage.name}") from err
+        return record.model_copy(update={"wall_s": time.perf_counter() - began})
+
+    def _read_record(self, stage: type[PipelineStage]) -> Optional[StageRecord]:
+        path = self.record_path(stage.name)
+        if not path.is_file():
+            return None
+        try:
+            return stage.record.model_validate_json(path.read_text())
+        except ValidationError as err:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+            raise RecordError(f"{path}: {problems} (redo the stage: --from {stage.name})") from None

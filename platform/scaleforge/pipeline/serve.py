@@ -1,0 +1,54 @@
+"""The serve stage: the calibrated Serve config, each model placed for this cluster's hardware, deployed."""
+
+from scaleforge.cluster import free_ports
+from scaleforge.config import ServeConfig, load_config
+from scaleforge.config.serve import ServeArgs
+from scaleforge.pipeline.base import PipelineStage, StageContext
+from scaleforge.pipeline.records import Placement, ServeRecord
+
+
+class ServeStage(PipelineStage):
+    """Serve runs until the pipeline ends (the query stage needs it), then :meth:`close` shuts it down."""
+
+    name = "serve"
+    record = ServeRecord
+    reusable = False
+
+    def __init__(self) -> None:
+        self._started = False
+
+    def run(self, ctx: StageContext) -> ServeRecord:
+        from scaleforge.deploy import deploy
+
+        cfg = load_config(ServeConfig, ctx.records.calibrate.serve_config)
+        app = cfg.applications[0]
+        args, placement = _place(ctx, app.args)
+        cfg = cfg.model_copy(update={
+            "http_options": cfg.http_options.model_copy(update={"port": free_ports(1)[0]}),
+            "applications": [app.model_copy(update={"args": args}), *cfg.applications[1:]]})
+        self._started = True  # a deploy that fails half way has started Serve all the same
+        return ServeRecord(url=deploy(cfg), placement=placement)
+
+    def close(self) -> None:
+        if self._started:
+            from ray import serve
+
+            serve.shutdown()
+
+
+def _place(ctx: StageContext, args: ServeArgs) -> tuple[ServeArgs, Placement]:
+    """Measure the cluster (or read ``placement.hwbench``) and place the app's models by it."""
+    from scaleforge.hardware import measure_cluster, read_reports
+    from scaleforge.placement import ClusterHardware, place_models
+
+    spec = ctx.cfg.placement
+    if not spec.enabled:
+        return args, Placement(enabled=False)
+    reports = (read_reports(spec.hwbench) if spec.hwbench
+               else measure_cluster(cpu_size=256, gpu_size=2048, repeats=2))
+    hardware = ClusterHardware.from_reports(reports)
+    args, where = place_models(args, hardware, gpu_share=spec.gpu_share, gpu_min_parameters=spec.gpu_min_parameters)
+    ctx.log(f"[pipeline] placement: {len(hardware.cpu_nodes)} CPU-only node(s), {len(hardware.gpu_nodes)} "
+            f"GPU node(s); " + ", ".join(f"{name}->{kind}" for name, kind in where.items()))
+    return args, Placement(enabled=True, cpu_nodes=len(hardware.cpu_nodes), gpu_nodes=len(hardware.gpu_nodes),
+                           models=where, devices=reports)

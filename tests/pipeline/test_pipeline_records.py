@@ -1,0 +1,81 @@
+"""The main job's typed records and the Serve config it writes, without running a stage."""
+
+import json
+import math
+import time
+
+import pytest
+import yaml
+from ray.serve.schema import ServeDeploySchema
+
+import jobs.pipeline
+from conftest import REPO
+from scaleforge.config import PipelineConfig, ServeConfig, load_config
+from scaleforge.config.pipeline import STAGES
+from scaleforge.pipeline import Pipeline, Records
+from scaleforge.pipeline.base import StageContext
+from scaleforge.pipeline.records import CalibrateRecord, CompressRecord, MoERecord, TrainRecord
+from scaleforge.pipeline.stages import write_serve_config
+
+
+@pytest.fixture
+def pipeline_cfg(tmp_path, monkeypatch) -> PipelineConfig:
+    monkeypatch.chdir(REPO)  # the stage config paths in configs/pipeline.yaml are relative to the repository
+    return load_config(PipelineConfig, "configs/pipeline.yaml", [f"output={tmp_path}"])
+
+
+def _teacher(artifact="/runs/teacher") -> TrainRecord:
+    return TrainRecord(artifact=artifact, metrics={"test_accuracy": 0.9}, parameters=1000,
+                       history=[{"epoch": 0, "test_accuracy": 0.9, "train_loss": 0.3}])
+
+
+def test_a_record_with_a_renamed_field_fails_before_any_stage_runs(pipeline_cfg, tmp_path, capsys):
+    import ray
+
+    record = _teacher().model_dump(mode="json")
+    record["artefact"] = record.pop("artifact")
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "teacher.json").write_text(json.dumps(record))
+    started_before = ray.is_initialized()
+    assert jobs.pipeline.main(["--config", "configs/pipeline.yaml", "--set", f"output={tmp_path}"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {tmp_path / 'records' / 'teacher.json'}: artifact: Field required; "
+                            "artefact: Extra inputs are not permitted (redo the stage: --from teacher)")
+    assert ray.is_initialized() == started_before
+    Pipeline(pipeline_cfg, redo_from="teacher")  # a stage that is redone is not read
+
+
+def test_an_unknown_stage_after_from_is_refused(capsys):
+    assert jobs.pipeline.main(["--config", "configs/pipeline.yaml", "--from", "train"]) == 2
+    assert f"error: argument --from: invalid choice: 'train' (choose from {', '.join(map(repr, STAGES))})" in (
+        capsys.readouterr().err)
+
+
+def test_records_survive_json_with_infinite_thresholds_and_reported_extras():
+    calibrate = CalibrateRecord(serve_config="serve.yaml", data={"num_samples": 100}, thresholds=[math.inf],
+                                answered_per_stage=[0.0, 1.0], accuracy=0.9, last_stage_accuracy=0.9, held_out=50)
+    assert CalibrateRecord.model_validate_json(calibrate.model_dump_json()) == calibrate
+    teacher = TrainRecord.model_validate_json(_teacher().model_dump_json())
+    assert teacher.history[0].epoch == 0 and teacher.history[0].model_extra == {"train_loss": 0.3}
+
+
+def test_the_run_serve_config_serves_this_runs_artifacts(pipeline_cfg, tmp_path):
+    experts = [f"/runs/moe/expert-{i}" for i in range(4)]  # the tiny test trains 4 of configs/serve.yaml's 8
+    report = {"teacher": {"bytes": 1000, "accuracy": 0.9, "vs_teacher": {"smaller": 1.0, "speedup": {"64": 1.0}}}}
+    records = Records(teacher=_teacher(),
+                      compress=CompressRecord(artifact="/runs/student", output="/runs/compressed",
+                                              report={**report, "recipe": [report["teacher"]]}),
+                      moe=MoERecord(**_teacher("/runs/moe").model_dump(),
+                                    parts={"gate": "/runs/moe/gate", "experts": experts, "combine": "topk",
+                                           "top_k": 2}))
+    ctx = StageContext(pipeline_cfg, tmp_path, records, print, time.perf_counter())
+    path = write_serve_config(ctx)
+    text = path.read_text()
+    assert text.startswith("# ray serve config written by jobs.pipeline from configs/serve.yaml\n")
+    ServeDeploySchema.model_validate(yaml.safe_load(text))
+    args = load_config(ServeConfig, path).applications[0].args
+    assert {m.name: m.artifact for m in args.models} == {
+        "student": "/runs/student", "teacher": "/runs/teacher", "moe-gate": "/runs/moe/gate",
+        **{f"moe-expert-{i}": e for i, e in enumerate(experts)}}
+    assert args.moe[0].experts == [f"moe-expert-{i}" for i in range(4)] and args.moe[0].top_k == 2
+    assert args.model("teacher").autoscaling.max_replicas == 2  # what configs/serve.yaml sets is kept
