@@ -14,7 +14,7 @@ import torch
 from scaleforge.config.serve import CascadeEntry
 from scaleforge.routing import confidence, escalate
 from serving.metrics import RoutingMetrics
-from serving.models import CoalescingClient
+from serving.models import CoalescingClient, logits_tensor
 from serving.protocol import ProtocolError
 
 
@@ -69,7 +69,7 @@ class CascadeRouter:
         logits = await self.stages[index].predict(x)
         self.metrics.stage_latency.observe(1e3 * (time.perf_counter() - start), tags=self._tags(index))
         self.metrics.add(self.metrics.stage_inputs, len(x), **self._tags(index))
-        return torch.from_numpy(logits).softmax(dim=-1).numpy()
+        return logits_tensor(logits).softmax(dim=-1).numpy()
 
     def _tags(self, index: int) -> dict[str, str]:
         return {"model": self.entry.name, "stage": str(index)}

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import numpy as np
-import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from ray import serve
@@ -26,7 +25,7 @@ from scaleforge.config.serve import AuthSpec, ServeArgs
 from scaleforge.deploy import ModelInfo
 from serving.cascade import CascadeRouter
 from serving.metrics import RoutingMetrics
-from serving.models import CoalescingClient
+from serving.models import CoalescingClient, logits_tensor
 from serving.moe import MoERouter
 from serving.protocol import (InferRequest, ProtocolError, V2Response, infer_response, model_metadata,
                               parse_infer_request)
@@ -39,7 +38,7 @@ class PlainModel:
         self.client = client
 
     async def infer(self, x: np.ndarray, parameters: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        probs = torch.from_numpy(await self.client.predict(x)).softmax(dim=-1).numpy()
+        probs = logits_tensor(await self.client.predict(x)).softmax(dim=-1).numpy()
         return {"class": probs.argmax(axis=1).astype(np.int64), "probabilities": probs}, {}
 
 

@@ -4,6 +4,8 @@ Models are read by :func:`scaleforge.artifacts.servable.load_servable`, the one 
 serving and calibration share (other artifact kinds plug in there).
 """
 
+import logging
+
 import numpy as np
 import torch
 from ray import serve
@@ -29,9 +31,24 @@ async def predict(handle: DeploymentHandle, x: np.ndarray, retries: int = 2) -> 
     return await handle.predict.remote(x)
 
 
+def logits_tensor(array: np.ndarray) -> torch.Tensor:
+    """A tensor of logits received from another replica. Arrays out of Ray's object store are
+    read-only, which torch cannot share (it warns), so they are copied: a few KB per request."""
+    return torch.from_numpy(np.array(array))
+
+
 def split_like(batches: list[np.ndarray], merged: np.ndarray) -> list[np.ndarray]:
     """The rows of ``merged`` (computed on the batches concatenated) back per batch, in order."""
     return np.split(merged, np.cumsum([len(x) for x in batches])[:-1])
+
+
+class _RowBatchesAreNotRequests(logging.Filter):
+    """``serve.batch`` warns when ``max_batch_size * max_concurrent_batches`` exceeds the replica's
+    ``max_ongoing_requests``, taking all three to count requests. The coalescing batches below count
+    rows (``batch_size_fn``): one request may fill a batch, so that warning does not apply to them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "is larger than `max_ongoing_requests`" not in record.getMessage()
 
 
 class CoalescingClient:
@@ -47,6 +64,8 @@ class CoalescingClient:
     """
 
     def __init__(self, handle: DeploymentHandle, max_rows: int, in_flight: int = 4):
+        logging.getLogger("ray.serve").addFilter(_RowBatchesAreNotRequests())
+
         @serve.batch(max_batch_size=max_rows, batch_size_fn=lambda arrays: sum(len(x) for x in arrays),
                      batch_wait_timeout_s=0.0, max_concurrent_batches=in_flight)
         async def merged(batches: list[np.ndarray]) -> list[np.ndarray]:
@@ -72,7 +91,7 @@ class ModelServer:
         self.predict.set_max_batch_size(entry.max_batch_size)
         self.predict.set_batch_wait_timeout_s(entry.batch_wait_timeout_s)
 
-    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
+    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.002)
     async def predict(self, batches: list[np.ndarray]) -> list[np.ndarray]:
         """[rows, input_dim] float32 per request -> [rows, num_classes] float32 logits per request."""
         with torch.inference_mode():

@@ -17,7 +17,7 @@ from ray.serve.handle import DeploymentHandle
 from scaleforge.config.serve import MoEEntry
 from scaleforge.routing import NoExpertAvailable, choose_experts, combine_outputs
 from serving.metrics import RoutingMetrics
-from serving.models import predict
+from serving.models import logits_tensor, predict
 from serving.protocol import ProtocolError
 
 
@@ -43,7 +43,7 @@ class MoERouter:
         if not 1 <= k <= len(self.experts):
             raise ProtocolError(400, f"parameters.top_k must lie in [1, {len(self.experts)}] for MoE router "
                                      f"'{self.entry.name}', got {k}")
-        gate_logits = torch.from_numpy(await predict(self.gate, x))
+        gate_logits = logits_tensor(await predict(self.gate, x))
         expert_logits = torch.zeros(len(x), len(self.experts), self.num_classes)
         computed = torch.zeros(len(x), len(self.experts), dtype=torch.bool)
         # Each pass routes around the experts that failed in the previous one; the outputs
@@ -80,7 +80,7 @@ class MoERouter:
                 self.metrics.add(self.metrics.expert_failures, 1, **self._tags(expert))
                 ok = False
                 continue
-            expert_logits[rows, expert] = torch.from_numpy(result)
+            expert_logits[rows, expert] = logits_tensor(result)
             computed[rows, expert] = True
             self.metrics.add(self.metrics.expert_inputs, len(rows), **self._tags(expert))
         return ok

@@ -13,6 +13,15 @@ from scaleforge.compress.measure import StepRecord  # noqa: E402
 from scaleforge.storage import write_atomic  # noqa: E402
 
 
+def slim_sentence(report: dict[str, Any]) -> str:
+    """The recipe's result in one sentence: sizes, speed-up and accuracy against the teacher."""
+    teacher, slim = report["teacher"], report["recipe"][-1]
+    vs = slim["vs_teacher"]
+    return (f"{slim['parameters']:,} weights, {slim['bytes']:,} bytes against the teacher's {teacher['bytes']:,} "
+            f"({vs['smaller']:.1f}x smaller), {vs['speedup'].get('64', float('nan')):.1f}x faster at batch 64, "
+            f"accuracy {slim['accuracy']:.4f} against {teacher['accuracy']:.4f}")
+
+
 def write_report(out: Path, measured: dict[str, Any], cfg, wall_s: float) -> dict[str, Any]:
     """Write the three outputs into ``out`` and return the JSON report."""
     teacher: StepRecord = measured["teacher"]

@@ -22,7 +22,7 @@ from scaleforge.compress.distill import distill
 from scaleforge.compress.finetune import accuracy
 from scaleforge.compress.measure import StepRecord, folder_bytes, latency_table
 from scaleforge.config.compress import CompressJobConfig, Step
-from scaleforge.compress.report import write_report
+from scaleforge.compress.report import slim_sentence, write_report
 from scaleforge.compress.steps import ModelState, apply_step
 from scaleforge.data import DataSpec, load_arrays, localized
 from scaleforge.models import MODEL_SPEC
@@ -42,13 +42,8 @@ class CompressionResult:
     wall_s: float
 
     def summary(self) -> str:
-        teacher, final = self.report["teacher"], self.report["recipe"][-1]
-        vs = final["vs_teacher"]
         return "\n".join([
-            f"teacher: accuracy {teacher['accuracy']:.4f}, {teacher['parameters']:,} weights, {teacher['bytes']:,} bytes",
-            f"slim model: accuracy {final['accuracy']:.4f} (drop {vs['accuracy_drop_points']:.2f} points), "
-            f"{final['parameters']:,} weights, {final['bytes']:,} bytes ({vs['smaller']:.1f}x smaller), "
-            f"{vs['speedup'].get('64', float('nan')):.1f}x faster at batch 64",
+            f"slim model: {slim_sentence(self.report)}",
             f"artifact: {self.artifact}",
             f"report: {self.output / 'report.md'} ({self.wall_s:.1f} s wall-clock)",
         ])

@@ -75,12 +75,21 @@ class ModelEntry(DeploymentSpec):
     """Model name in the URL: ``/v2/models/{name}``."""
     artifact: str
     """Artifact folder (``manifest.json`` + ``model.safetensors``)."""
-    max_batch_size: PositiveInt = 16
-    """Requests that ``@serve.batch`` merges into one forward pass."""
+    max_batch_size: PositiveInt = 8
+    """Requests that ``@serve.batch`` merges into one forward pass (at most ``max_ongoing_requests``:
+    a replica never holds more requests than that at once)."""
     batch_wait_timeout_s: NonNegativeFloat = 0.002
     """How long a partial batch waits for more requests."""
     threads: PositiveInt = 1
     """torch intra-op threads per replica."""
+
+    @model_validator(mode="after")
+    def _batch_fits(self) -> "ModelEntry":
+        if self.max_batch_size > self.max_ongoing_requests:
+            raise ValueError(f"model {self.name!r}: max_batch_size ({self.max_batch_size}) exceeds max_ongoing_requests "
+                             f"({self.max_ongoing_requests}); a replica never holds that many requests, raise "
+                             "max_ongoing_requests or lower max_batch_size")
+        return self
 
 
 class CascadeStageEntry(_Section):

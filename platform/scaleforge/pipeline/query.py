@@ -10,6 +10,7 @@ from scaleforge.config.pipeline import QuerySpec
 from scaleforge.data import DataSpec, load_arrays
 from scaleforge.pipeline.base import PipelineStage, StageContext
 from scaleforge.pipeline.records import QueryRecord, ServedModelResult
+from scaleforge.progress import bar
 
 SERVED = ("teacher", "student", "cascade", "moe")
 """The endpoint's models queried: both ends of the cascade, the cascade itself and the MoE router."""
@@ -55,7 +56,7 @@ def query_model(url: str, name: str, x: np.ndarray, y: np.ndarray, spec: QuerySp
 
     with httpx.Client(base_url=url, timeout=120) as client, ThreadPoolExecutor(spec.concurrency) as pool:
         began = time.perf_counter()
-        answers = sorted(pool.map(send, batches), key=lambda a: a[0])
+        answers = sorted(bar(pool.map(send, batches), len(batches), f"[query] {name}: requests"), key=lambda a: a[0])
         wall = time.perf_counter() - began
     outputs = {key: np.concatenate([a[2][key] for a in answers]) for key in answers[0][2]}
     latencies = np.array([a[1] for a in answers]) * 1e3

@@ -6,6 +6,7 @@ from pathlib import Path
 import torch
 
 from scaleforge.artifacts.servable import load_servable
+from scaleforge.compress.report import slim_sentence
 from scaleforge.config import ServeConfig, load_config
 from scaleforge.pipeline.query import test_set
 from scaleforge.pipeline.records import Placement, Records
@@ -32,12 +33,7 @@ def final_table(records: Records) -> str:
                        + f"; fallbacks {row.fallbacks}")
         lines.append(f"{name:14s} {row.accuracy:8.4f} {row.p50_ms:7.1f} {row.p99_ms:7.1f} "
                      f"{row.inputs_per_s:9.0f}  {routing}")
-    report = records.compress.report
-    teacher, slim = report.teacher, report.recipe[-1]
-    lines.append(f"compressed model: {slim.bytes:,} bytes against the teacher's {teacher.bytes:,} "
-                 f"({slim.vs_teacher.smaller:.1f}x smaller), "
-                 f"{slim.vs_teacher.speedup.get('64', float('nan')):.1f}x faster at batch 64, accuracy "
-                 f"{slim.accuracy:.4f} against {teacher.accuracy:.4f}")
+    lines.append(f"compressed model: {slim_sentence(records.compress.report.model_dump())}")
     runs = records.async_sgd.runs
     lines.append("parameter server: " + ", ".join(f"{mode} {run.test_accuracy:.4f} in {run.wall_s:.0f} s"
                                                   for mode, run in runs.items()))
