@@ -47,7 +47,12 @@ def ensure_ray(min_cpus: float) -> None:
     else:
         for name, value in FAST_POLLING.items():
             os.environ.setdefault(name, value)
+        cpus = max(float(os.cpu_count() or 1), min_cpus)
+        # The raylet starts at most one worker process per physical core at once and warns on the
+        # console when 4x that many are starting; an embedded cluster promises more logical CPUs than
+        # that (several Serve replicas per core), so let it start as many as it promises.
+        os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(int(cpus)))
         # address="local": always a fresh embedded instance, never a stale or foreign local cluster
         # that ray.init() would otherwise try to join (set RAY_ADDRESS=auto to use one on purpose).
-        ray.init(address="local", num_cpus=max(float(os.cpu_count() or 1), min_cpus), **quiet)
+        ray.init(address="local", num_cpus=cpus, **quiet)
     quiet_ray_loggers()

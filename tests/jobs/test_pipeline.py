@@ -20,6 +20,20 @@ TINY = [
 ]
 
 
+RAY_INTERNALS = (
+    "Reporting training result", "TrainingReport(", "execution finished", "Progress bars disabled", "core_worker.cc",
+    "eprecat", "max_ongoing_requests", "not writable", "(raylet)", " pid=", "Started a local Ray instance",
+    "INFO serve", "Traceback", "Warning",
+)
+"""What Ray and our own defaults used to print on a newcomer's console: it stays in Ray's log folder."""
+
+
+def _assert_console_is_ours(run) -> None:
+    console = run.stdout + run.stderr
+    leaked = [line for line in console.splitlines() if any(mark in line for mark in RAY_INTERNALS)]
+    assert leaked == [], "\n".join(leaked[:20])
+
+
 def _pipeline(output, *extra):
     return subprocess.run([sys.executable, "-m", "jobs.pipeline", "--config", "configs/pipeline.yaml",
                            "--set", f"output={output}", *TINY, *extra], cwd=REPO, capture_output=True, text=True,
@@ -30,6 +44,9 @@ def _pipeline(output, *extra):
 def test_pipeline_runs_every_stage_and_resumes_after_a_failure(tmp_path):
     failed = _pipeline(tmp_path, "--set", "fault.fail_at_stage=compress")
     assert failed.returncode == 1
+    _assert_console_is_ours(failed)
+    # Our own progress: a line per stage and per epoch (sent by the Ray Train workers through a queue).
+    assert "[pipeline] 1/7 teacher: running" in failed.stdout and "[train] epoch 1/1" in failed.stdout
     assert "error: stage compress failed: injected failure" in failed.stderr and "--from compress" in failed.stderr
     records = tmp_path / "records"
     assert sorted(p.name for p in records.iterdir()) == ["async_sgd.json", "teacher.json"]
@@ -38,6 +55,8 @@ def test_pipeline_runs_every_stage_and_resumes_after_a_failure(tmp_path):
 
     resumed = _pipeline(tmp_path, "--from", "compress")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    _assert_console_is_ours(resumed)
+    assert "[query] cascade: requests" in resumed.stdout
     assert "teacher: reused" in resumed.stdout and "async_sgd: reused" in resumed.stdout
     assert "compress: running" in resumed.stdout and "moe: running" in resumed.stdout
     assert (tmp_path / "artifacts" / "teacher" / "manifest.json").read_text() == manifest_before

@@ -50,3 +50,27 @@ class ParamLayout:
             raise ValueError(f"num_shards ({num_shards}) must be between 1 and the parameter count ({self.total})")
         bounds = np.linspace(0, self.total, num_shards + 1).round().astype(int)
         return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+@dataclass(frozen=True)
+class InitialSlice:
+    """A shard's initial parameters, described rather than copied: the model rebuilt from its seed.
+
+    A few bytes as a constructor argument, so Ray need not keep a large array around for the
+    day it restarts the shard (``max_restarts``); rebuilding gives the same values every time.
+    """
+
+    model: dict
+    """The model spec (JSON)."""
+    seed: int
+    input_dim: int
+    num_classes: int
+    start: int
+    stop: int
+
+    def values(self) -> np.ndarray:
+        from scaleforge.models import MODEL_SPEC, build_model
+
+        torch.manual_seed(self.seed)
+        model = build_model(MODEL_SPEC.validate_python(self.model), self.input_dim, self.num_classes)
+        return ParamLayout.of(model).flatten(model)[self.start:self.stop]

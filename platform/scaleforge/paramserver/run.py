@@ -15,7 +15,7 @@ from scaleforge.artifacts import save_artifact
 from scaleforge.config.async_sgd import AsyncSGDConfig
 from scaleforge.data import load_arrays, localized
 from scaleforge.models import build_model
-from scaleforge.paramserver.layout import ParamLayout
+from scaleforge.paramserver.layout import InitialSlice, ParamLayout
 from scaleforge.paramserver.outbox import remove_buffers
 from scaleforge.paramserver.report import AsyncSGDResult, write_report
 from scaleforge.paramserver.shard import ParameterShard
@@ -72,20 +72,19 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
     always kill them), train until every worker is done, export the model and the report."""
     server, workers_cfg, info = cfg.server, cfg.workers, data.info
     layout = ParamLayout.of(model)
-    initial, ranges = layout.flatten(model), layout.shard_ranges(server.num_shards)
+    ranges = layout.shard_ranges(server.num_shards)
     output = Path(cfg.run.output_dir).expanduser().resolve()
     options = dict(optimizer=server.optimizer, lr=server.lr, momentum=server.momentum, mode=server.mode,
                    num_workers=workers_cfg.num_workers, staleness_bound=server.staleness_bound,
                    staleness_aware_lr=server.staleness_aware_lr, checkpoint_dir=str(output / "checkpoints"),
                    checkpoint_every=server.checkpoint_every)
-    # Held by the driver for the whole run, and passed inside a list (by reference, fetched by the
-    # shard): a restarted shard (max_restarts) reads its initial slice again from here.
-    initial_slices = [ray.put(initial[a:b]) for a, b in ranges]
+    initial_slices = [InitialSlice(cfg.model.model_dump(mode="json"), workers_cfg.seed, info.input_dim, info.num_classes,
+                                   a, b) for a, b in ranges]
     shards += [
         ParameterShard.options(
             num_cpus=0.01, max_concurrency=64, max_restarts=1, max_task_retries=-1,
             scheduling_strategy=PlacementGroupSchedulingStrategy(group, workers_cfg.num_workers + i),
-        ).remote(i, [initial_slices[i]], **options, die_at_update=cfg.fault.kill_shard_at_update if i == 0 else None)
+        ).remote(i, initial_slices[i], **options, die_at_update=cfg.fault.kill_shard_at_update if i == 0 else None)
         for i in range(len(ranges))
     ]
     splits = worker_shards(len(data.y), workers_cfg.num_workers, workers_cfg.seed)

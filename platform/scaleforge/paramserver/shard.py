@@ -23,13 +23,14 @@ import ray
 import torch
 from safetensors.torch import load_file, save
 
+from scaleforge.paramserver.layout import InitialSlice
 from scaleforge.paramserver.outbox import RESEND, Inbox, SharedGradient
 from scaleforge.storage import write_atomic
 
 
 @ray.remote
 class ParameterShard:
-    def __init__(self, index: int, init: "np.ndarray | list[ray.ObjectRef]", *, optimizer: str, lr: float, momentum: float, mode: str,
+    def __init__(self, index: int, init: "np.ndarray | InitialSlice", *, optimizer: str, lr: float, momentum: float, mode: str,
                  num_workers: int, staleness_bound: int, staleness_aware_lr: bool,
                  checkpoint_dir: Optional[str] = None, checkpoint_every: int = 0,
                  die_at_update: Optional[int] = None):
@@ -37,8 +38,8 @@ class ParameterShard:
         # Ray re-runs __init__ when it restarts this actor (max_restarts): then restore, never die again.
         self.incarnation = int(ray.get_runtime_context().was_current_actor_reconstructed)
         self.die_at_update = die_at_update if self.incarnation == 0 else None
-        if isinstance(init, list):  # [ObjectRef] of the slice, held by the driver (see run.py)
-            init = ray.get(init[0])
+        if isinstance(init, InitialSlice):
+            init = init.values()
         self.param = torch.nn.Parameter(torch.from_numpy(np.array(init, dtype=np.float32)))
         self.inbox = Inbox(len(self.param))  # gradients that workers on this node leave in shared memory
         if optimizer == "adam":

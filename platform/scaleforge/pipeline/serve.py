@@ -8,14 +8,14 @@ from scaleforge.pipeline.records import Placement, ServeRecord
 
 
 class ServeStage(PipelineStage):
-    """Serve runs until the pipeline ends (the query stage needs it), then :meth:`close` shuts it down."""
+    """Serve runs until the pipeline ends (the query stage needs it), then :meth:`close` deletes its apps."""
 
     name = "serve"
     record = ServeRecord
     reusable = False
 
     def __init__(self) -> None:
-        self._started = False
+        self._apps: list[str] = []
 
     def run(self, ctx: StageContext) -> ServeRecord:
         from scaleforge.deploy import deploy
@@ -26,14 +26,15 @@ class ServeStage(PipelineStage):
         cfg = cfg.model_copy(update={
             "http_options": cfg.http_options.model_copy(update={"port": free_ports(1)[0]}),
             "applications": [app.model_copy(update={"args": args}), *cfg.applications[1:]]})
-        self._started = True  # a deploy that fails half way has started Serve all the same
+        self._apps = [a.name for a in cfg.applications]  # a deploy that fails half way has started some
         return ServeRecord(url=deploy(cfg), placement=placement)
 
     def close(self) -> None:
-        if self._started:
-            from ray import serve
+        """Delete this run's applications (other apps on a shared cluster, and Serve itself, stay)."""
+        from ray import serve
 
-            serve.shutdown()
+        for name in self._apps:
+            serve.delete(name)
 
 
 def _place(ctx: StageContext, args: ServeArgs) -> tuple[ServeArgs, Placement]:
