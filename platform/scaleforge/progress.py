@@ -18,11 +18,22 @@ T = TypeVar("T")
 
 
 class ProgressChannel:
-    """Lines from workers to the driver's console. Create it on the driver, pass it to the workers
-    (it pickles as a handle), and wrap the wait in :meth:`printing`."""
+    """Lines from workers to the driver's console. Get it on the driver (:meth:`shared`), pass it to
+    the workers (it pickles as a handle), and wrap the wait in :meth:`printing`."""
+
+    _shared: Optional["ProgressChannel"] = None
 
     def __init__(self):
         self.queue = Queue(actor_options={"num_cpus": 0})
+        self.job = ray.get_runtime_context().get_job_id()
+
+    @classmethod
+    def shared(cls) -> "ProgressChannel":
+        """One channel per driver and Ray session: its queue actor starts once, not once per run
+        (a process start costs seconds on a small machine)."""
+        if cls._shared is None or cls._shared.job != ray.get_runtime_context().get_job_id():
+            cls._shared = cls()
+        return cls._shared
 
     def send(self, line: str, wait: bool = False) -> None:
         """From a worker: print ``line`` on the driver's console (``wait``: until it is queued, e.g.
@@ -56,7 +67,6 @@ class ProgressChannel:
             thread.join()
             while not self.queue.empty():
                 drain(0.0)
-            self.queue.shutdown()
 
 
 def bar(items: Iterable[T], total: Optional[int], label: str) -> Iterator[T]:

@@ -77,7 +77,7 @@ def run_training(cfg: TrainJobConfig, *, data: Optional[TrainingData] = None,
     data = data or build_ray_datasets(cfg.data)
     strategy = strategy_for(dims)
     run_name = cfg.run.name or f"train-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    progress = ProgressChannel()
+    progress = ProgressChannel.shared()
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"run": WorkerRun(cfg, dims, asdict(data.info), hooks, progress)},
