@@ -12,6 +12,7 @@ from conftest import REPO
 TINY = [
     "--set", "teacher.set=[data.num_samples=3000, optim.epochs=1]",
     "--set", "async_sgd.set=[data.num_samples=3000, workers.epochs=1, run.eval_every_s=0.5]",
+    "--set", "async_sgd.modes=[async]",
     "--set", "compress.set=[data.num_samples=3000, recipe.0.optim.epochs=1, recipe.0.compare_hard_labels=false, "
              "'sweeps=[]', measure.repeats=2]",
     "--set", "moe.set=[data.num_samples=3000, optim.epochs=1, model.num_experts=4]",  # 4 expert deployments
@@ -42,22 +43,22 @@ def _pipeline(output, *extra):
 
 @pytest.mark.slow
 def test_pipeline_runs_every_stage_and_resumes_after_a_failure(tmp_path):
-    failed = _pipeline(tmp_path, "--set", "fault.fail_at_stage=compress")
+    failed = _pipeline(tmp_path, "--set", "fault.fail_at_stage=async_sgd")
     assert failed.returncode == 1
     _assert_console_is_ours(failed)
     # Our own progress: a line per stage and per epoch (sent by the Ray Train workers through a queue).
     assert "[pipeline] 1/7 teacher: running" in failed.stdout and "[train] epoch 1/1" in failed.stdout
-    assert "error: stage compress failed: injected failure" in failed.stderr and "--from compress" in failed.stderr
+    assert "error: stage async_sgd failed: injected failure" in failed.stderr and "--from async_sgd" in failed.stderr
     records = tmp_path / "records"
-    assert sorted(p.name for p in records.iterdir()) == ["async_sgd.json", "teacher.json"]
+    assert sorted(p.name for p in records.iterdir()) == ["teacher.json"]
     teacher = json.loads((records / "teacher.json").read_text())["artifact"]
     manifest_before = (tmp_path / "artifacts" / "teacher" / "manifest.json").read_text()
 
-    resumed = _pipeline(tmp_path, "--from", "compress")
+    resumed = _pipeline(tmp_path, "--from", "async_sgd")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     _assert_console_is_ours(resumed)
     assert "[query] cascade: requests" in resumed.stdout
-    assert "teacher: reused" in resumed.stdout and "async_sgd: reused" in resumed.stdout
+    assert "teacher: reused" in resumed.stdout and "async_sgd: running" in resumed.stdout
     assert "compress: running" in resumed.stdout and "moe: running" in resumed.stdout
     assert (tmp_path / "artifacts" / "teacher" / "manifest.json").read_text() == manifest_before
     assert json.loads((records / "teacher.json").read_text())["artifact"] == teacher
