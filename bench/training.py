@@ -11,7 +11,9 @@ checkpoints, hooks, gates, expert parallelism); here the full configs show what 
 - ``configs/train_moe.yaml`` with each gate (top-k, noisy top-k, Gumbel), and without the
   balancing loss (the busiest experts then take more of the load);
 - ``configs/train_tp.yaml`` (tensor parallel, 2 workers) submitted with ``ray job submit`` to a
-  head of its own with token authentication, its artifact scored in this process.
+  head of its own with token authentication, its artifact scored in this process;
+- ``configs/async_sgd.yaml`` (parameter servers) in each consistency mode, async losing a worker on
+  the way and ssp a shard.
 
 Prints each bar with met/missed; exit status 1 if one was missed.
 """
@@ -32,8 +34,10 @@ sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
 from scaleforge.artifacts import load_artifact  # noqa: E402
 from scaleforge.cluster import LocalHead  # noqa: E402
 from scaleforge.cluster.local import RAY  # noqa: E402
-from scaleforge.config import TrainJobConfig, load_config  # noqa: E402
+from scaleforge.config import AsyncSGDConfig, TrainJobConfig, load_config  # noqa: E402
 from scaleforge.data import load_arrays  # noqa: E402
+from scaleforge.paramserver import run_async_sgd  # noqa: E402
+from scaleforge.paramserver.preflight import check_runnable as ps_check_runnable  # noqa: E402
 from scaleforge.runtime import ensure_ray  # noqa: E402
 from scaleforge.train import run_training  # noqa: E402
 from scaleforge.train.preflight import check_runnable  # noqa: E402
@@ -43,6 +47,17 @@ def train(tmp: Path, name: str, config: str, *overrides: str):
     cfg = load_config(TrainJobConfig, ROOT / "configs" / config,
                       [*overrides, f"artifact.dir={tmp / name}", f"run.storage_path={tmp / 'runs'}"], check_runnable)
     return run_training(cfg)
+
+
+PS_FAULTS = {"sync": (), "async": ("fault.kill_worker_at_step=100",),
+             "ssp": ("server.checkpoint_every=50", "fault.kill_shard_at_update=130")}
+
+
+def parameter_server(tmp: Path, mode: str, *overrides: str):
+    cfg = load_config(AsyncSGDConfig, ROOT / "configs/async_sgd.yaml",
+                      [f"server.mode={mode}", *overrides, f"run.output_dir={tmp / 'ps'}",
+                       f"artifact.dir={tmp / f'ps-{mode}'}"], ps_check_runnable)
+    return run_async_sgd(cfg)
 
 
 def submitted_tp(tmp: Path) -> tuple[float, float]:
@@ -91,6 +106,11 @@ def main() -> int:
                          f"expert load cv {result.metrics['expert_load_cv']:.3f}", ">= 0.92",
                          result.metrics["test_accuracy"] >= 0.92))
         plain = train(tmp, "moe-no-aux", "train_moe.yaml", "model.aux_loss_weight=0")
+        for mode, fault in PS_FAULTS.items():
+            ps = parameter_server(tmp, mode, *fault)
+            rows.append((f"async_sgd.yaml, {mode}" + (f", {fault[-1].split('.')[1]}" if fault else ""),
+                         f"accuracy {ps.test_accuracy:.4f}, {ps.updates} updates, {len(ps.events)} events",
+                         ">= 0.92", ps.test_accuracy >= 0.92 and len(ps.events) == len(fault[-1:])))
         balanced = moe["topk"].metrics["expert_load_cv"]
         rows.append(("train_moe.yaml, balancing loss on / off", f"expert load cv {balanced:.3f} / "
                      f"{plain.metrics['expert_load_cv']:.3f}", "on <= 0.3, off higher",

@@ -1,6 +1,6 @@
 """Node-loss drills on a multi-node cluster on one machine (``ray.cluster_utils.Cluster``).
 
-    python tests/cluster/node_loss.py async_sgd|train|serve OUTPUT_DIR
+    python tests/cluster/node_loss.py async_sgd|train|serve|all OUTPUT_DIR
 
 Each drill builds a cluster of several raylets (the head holds no work), runs a real job on it,
 removes a node while the job runs, and prints one ``RESULT {...}`` line saying what was lost and
@@ -157,6 +157,9 @@ def serve_app(cluster: Cluster, output: Path) -> dict:
             "removed": node.node_id}
 
 
+DRILLS = {"async_sgd": async_sgd, "train": train, "serve": serve_app}
+
+
 def main() -> None:
     drill, output = sys.argv[1], Path(sys.argv[2])
     # A dead node is declared dead after ~3 s instead of Ray's default ~30 s (shortened for the drill).
@@ -166,12 +169,19 @@ def main() -> None:
     for _ in range(3):
         cluster.add_node(num_cpus=2)
     ray.init(address=cluster.address, logging_level="ERROR")
+    results = {}
     try:
-        result = {"async_sgd": async_sgd, "train": train, "serve": serve_app}[drill](cluster, output)
+        # "all": the drills one after another on one cluster (starting one costs seconds of CPU), a
+        # fresh node replacing the one the previous drill removed.
+        for name in DRILLS if drill == "all" else [drill]:
+            if results:
+                cluster.add_node(num_cpus=2)
+                cluster.wait_for_nodes()
+            results[name] = DRILLS[name](cluster, output / name)
     finally:
         ray.shutdown()
         cluster.shutdown()
-    print("RESULT", json.dumps(result), flush=True)
+    print("RESULT", json.dumps(results if drill == "all" else results[drill]), flush=True)
 
 
 if __name__ == "__main__":

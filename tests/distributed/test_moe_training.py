@@ -17,17 +17,25 @@ def _train(tmp_path, *overrides):
 
 
 @pytest.mark.slow
-def test_balancing_loss_keeps_expert_load_even(ray_cluster, tmp_path):
-    """The job's expert-load statistics, with the balancing loss and without (the full config's bars:
+def test_expert_parallel_resumes_from_per_rank_optimiser_shards_and_balancing_evens_the_load(ray_cluster, tmp_path):
+    """Experts split over 2 workers (all_to_all), rank 1 killed in epoch 2: the restart takes each
+    rank's own optimiser shard and experts from the checkpoint, and the export gathers all 8 experts.
+    The same job without the balancing loss loads its experts less evenly (the full config's bars:
     ``bench/training.py``)."""
-    small = ("data.num_samples=6000", "optim.epochs=3")
-    balanced = _train(tmp_path / "with", *small)
+    small = ("data.num_samples=6000", "optim.epochs=3", "parallel.ep=2")
+    result = _train(tmp_path / "with", *small, "fault.kill_worker_at_epoch=2")
     unbalanced = _train(tmp_path / "without", *small, "model.aux_loss_weight=0")
-    print(f"expert load CV: {balanced.metrics['expert_load_cv']:.3f} with the loss, "
+    assert result.metrics["resumed_from_epoch"] == 1 and [h["epoch"] for h in result.history] == [1, 2, 3]
+    artifact = load_artifact(result.artifact)
+    assert artifact.manifest["model"]["num_experts"] == 8
+    assert len(artifact.model.moe[0].experts) == 8  # gathered from both ranks
+    parts = artifact.manifest["moe_parts"]
+    assert load_artifact(parts["gate"]).manifest["model"]["name"] == "moe_gate"
+    assert [load_artifact(p).manifest["moe_part"]["expert"] for p in parts["experts"]] == list(range(8))
+    assert result.metrics["test_accuracy"] >= 0.5  # 10 classes: chance is 0.1
+    print(f"expert load CV: {result.metrics['expert_load_cv']:.3f} with the loss, "
           f"{unbalanced.metrics['expert_load_cv']:.3f} without")
-    # Measured at 0.40 against 0.63 on this data (the full config: <= 0.3, bench/training.py).
-    assert balanced.metrics["expert_load_cv"] <= 0.75 * unbalanced.metrics["expert_load_cv"]
-    assert balanced.metrics["test_accuracy"] >= 0.6
+    assert result.metrics["expert_load_cv"] <= 0.75 * unbalanced.metrics["expert_load_cv"]
 
 
 @pytest.mark.parametrize("gate", ["noisy_topk", "gumbel"])
@@ -37,15 +45,3 @@ def test_noisy_and_gumbel_gates_train(gate):
     spec = load_config(TrainJobConfig, REPO / "configs/train_moe.yaml", [f"model.gate={gate}"]).model
     model = fit_classifier(spec, data["x"], data["y"], epochs=6, batch_size=128)
     assert accuracy(model, data["x_test"], data["y_test"]) >= 0.6
-
-
-@pytest.mark.slow
-def test_expert_parallel_job_trains_and_exports_the_full_model(ray_cluster, tmp_path):
-    result = _train(tmp_path, "parallel.ep=2", "optim.epochs=3")
-    artifact = load_artifact(result.artifact)
-    assert artifact.manifest["model"]["num_experts"] == 8
-    assert len(artifact.model.moe[0].experts) == 8  # gathered from both ranks
-    parts = artifact.manifest["moe_parts"]
-    assert load_artifact(parts["gate"]).manifest["model"]["name"] == "moe_gate"
-    assert [load_artifact(p).manifest["moe_part"]["expert"] for p in parts["experts"]] == list(range(8))
-    assert result.metrics["test_accuracy"] > 0.8

@@ -15,9 +15,9 @@ TINY = [
     "--set", "async_sgd.modes=[async]",
     "--set", "compress.set=[data.num_samples=3000, recipe.0.optim.epochs=1, recipe.0.compare_hard_labels=false, "
              "'sweeps=[]', measure.repeats=2]",
-    "--set", "moe.set=[data.num_samples=3000, optim.epochs=1, model.num_experts=4]",  # 4 expert deployments
+    "--set", "moe.set=[data.num_samples=3000, optim.epochs=1, model.num_experts=2]",  # 2 expert deployments
     "--set", "calibrate.set=[data.num_samples=3000]",
-    "--set", "query.max_inputs=256",
+    "--set", "query.max_inputs=128",
 ]
 
 

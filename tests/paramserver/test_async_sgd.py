@@ -76,9 +76,10 @@ def _restored(result) -> dict:
     ("ssp", ["server.checkpoint_every=50", "fault.kill_shard_at_update=130"]),
 ])
 def test_each_mode_converges_through_a_fault(ray_cluster, tmp_path, mode, fault):
-    """The default config reaches 0.92 in every mode; async loses a worker on the way, ssp a shard."""
-    result = run_async_sgd(_config(tmp_path, f"server.mode={mode}", *fault))
-    assert result.test_accuracy >= 0.92, result.summary()
+    """Every mode learns on two epochs of the default config; async loses a worker on the way, ssp a
+    shard. (The full default config reaches 0.92 in every mode through these faults: ``bench/training.py``.)"""
+    result = run_async_sgd(_config(tmp_path, f"server.mode={mode}", "workers.epochs=2", *fault))
+    assert result.test_accuracy >= 0.8, result.summary()
     assert result.summary_path.is_file() and result.plot_path.stat().st_size > 0
     if mode == "async":  # SIGKILLed at step 100, replaced, resumed at its clock
         replaced = [e for e in result.events if e["event"] == "worker_replaced"]
