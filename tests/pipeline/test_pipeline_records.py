@@ -53,7 +53,8 @@ def test_an_unknown_stage_after_from_is_refused(capsys):
 
 def test_records_survive_json_with_infinite_thresholds_and_reported_extras():
     calibrate = CalibrateRecord(serve_config="serve.yaml", data={"num_samples": 100}, thresholds=[math.inf],
-                                answered_per_stage=[0.0, 1.0], accuracy=0.9, last_stage_accuracy=0.9, held_out=50)
+                                calibration_fraction=0.5, split_seed=0, answered_per_stage=[0.0, 1.0], accuracy=0.9,
+                                last_stage_accuracy=0.9, held_out=50)
     assert CalibrateRecord.model_validate_json(calibrate.model_dump_json()) == calibrate
     teacher = TrainRecord.model_validate_json(_teacher().model_dump_json())
     assert teacher.history[0].epoch == 0 and teacher.history[0].model_extra == {"train_loss": 0.3}
@@ -79,3 +80,23 @@ def test_the_run_serve_config_serves_this_runs_artifacts(pipeline_cfg, tmp_path)
         **{f"moe-expert-{i}": e for i, e in enumerate(experts)}}
     assert args.moe[0].experts == [f"moe-expert-{i}" for i in range(4)] and args.moe[0].top_k == 2
     assert args.model("teacher").autoscaling.max_replicas == 2  # what configs/serve.yaml sets is kept
+
+
+def test_the_served_models_are_scored_only_on_inputs_the_calibration_never_saw():
+    """The query stage's test set is the part of the held-out split that calibration did not use."""
+    from scaleforge.config.calibrate import CalibrateConfig
+    from scaleforge.data import DataSpec, load_arrays
+    from scaleforge.pipeline.query import test_set
+    from scaleforge.routing.calibration import _split
+
+    data = DataSpec(num_samples=1000)
+    cfg = CalibrateConfig(data=data, calibration_fraction=0.5, split_seed=3)
+    calibrate = CalibrateRecord(serve_config="serve.yaml", data=data, calibration_fraction=0.5, split_seed=3,
+                                thresholds=[0.8], answered_per_stage=[0.9, 0.1], accuracy=0.9,
+                                last_stage_accuracy=0.9, held_out=100)
+    (calibration_x, _), (judged_x, judged_y) = _split(cfg)
+    x, y = test_set(calibrate)
+    assert len(y) == len(judged_y) == len(load_arrays(data).y_test) - len(calibration_x) == 100
+    assert (x == judged_x).all() and (y == judged_y).all()
+    seen = {row.tobytes() for row in calibration_x}
+    assert not any(row.tobytes() in seen for row in x)

@@ -7,10 +7,11 @@ import httpx
 import numpy as np
 
 from scaleforge.config.pipeline import QuerySpec
-from scaleforge.data import DataSpec, load_arrays
+from scaleforge.data import load_arrays
 from scaleforge.pipeline.base import PipelineStage, StageContext
-from scaleforge.pipeline.records import QueryRecord, ServedModelResult
+from scaleforge.pipeline.records import CalibrateRecord, QueryRecord, ServedModelResult
 from scaleforge.progress import bar
+from scaleforge.routing.calibration import split_rows
 
 SERVED = ("teacher", "student", "cascade", "moe")
 """The endpoint's models queried: both ends of the cascade, the cascade itself and the MoE router."""
@@ -25,7 +26,7 @@ class QueryStage(PipelineStage):
 
     def run(self, ctx: StageContext) -> QueryRecord:
         served = ctx.records.serve
-        x, y = test_set(ctx.records.calibrate.data)
+        x, y = test_set(ctx.records.calibrate)
         limit = ctx.cfg.query.max_inputs or len(y)
         x, y = x[:limit], y[:limit]
         models = {name: query_model(served.url, name, x, y, ctx.cfg.query) for name in SERVED}
@@ -33,10 +34,12 @@ class QueryStage(PipelineStage):
                            pipeline_wall_s=time.perf_counter() - ctx.started)
 
 
-def test_set(data: DataSpec) -> tuple[np.ndarray, np.ndarray]:
-    """The held-out split of the data that the cascade was calibrated on."""
-    arrays = load_arrays(data)
-    return arrays.x_test.astype(np.float32), arrays.y_test
+def test_set(calibrated: CalibrateRecord) -> tuple[np.ndarray, np.ndarray]:
+    """The held-out inputs that the cascade's calibration never saw (every served model is scored
+    on the same ones, so their accuracies compare)."""
+    arrays = load_arrays(calibrated.data)
+    _, rows = split_rows(len(arrays.y_test), calibrated.calibration_fraction, calibrated.split_seed)
+    return arrays.x_test[rows].astype(np.float32), arrays.y_test[rows]
 
 
 def query_model(url: str, name: str, x: np.ndarray, y: np.ndarray, spec: QuerySpec) -> ServedModelResult:

@@ -115,6 +115,10 @@ class CalibrateRecord(StageRecord):
 
     serve_config: str
     data: DataSpec
+    calibration_fraction: float
+    split_seed: int
+    """With ``calibration_fraction``: which held-out inputs calibrated the thresholds (``split_rows``);
+    the cascade is scored on the others only."""
     thresholds: list[float]
     answered_per_stage: list[float]
     accuracy: float

@@ -115,7 +115,7 @@ def _cascade_curve(records: Records, path: Path) -> None:
     app = load_config(ServeConfig, records.calibrate.serve_config).applications[0].args
     cascade = app.cascades[0]
     models = [load_servable(app.model(stage.model).artifact).module for stage in cascade.stages]
-    x, y = (torch.from_numpy(a) for a in test_set(records.calibrate.data))
+    x, y = (torch.from_numpy(a) for a in test_set(records.calibrate))
     with torch.inference_mode():
         probs = [model(x).softmax(-1) for model in models]
     points = []

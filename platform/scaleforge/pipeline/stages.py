@@ -96,6 +96,7 @@ class CalibrateStage(PipelineStage):
                                preflight=check_runnable)
         result = calibrate_cascade(cfg)
         return CalibrateRecord(serve_config=str(serve_config), data=cfg.data, thresholds=result.thresholds,
+                               calibration_fraction=cfg.calibration_fraction, split_seed=cfg.split_seed,
                                answered_per_stage=result.answered_per_stage, accuracy=result.accuracy,
                                last_stage_accuracy=result.last_stage_accuracy, held_out=result.held_out)
 

@@ -98,12 +98,19 @@ def _find_cascade(serve_cfg: ServeConfig, cfg: CalibrateConfig) -> tuple[int, in
     return app_index, index, cascades[index]
 
 
+def split_rows(count: int, calibration_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of a held-out split of ``count`` examples: (those that calibrate the thresholds, those
+    that judge them). Whoever scores a calibrated cascade uses the second part only."""
+    order = np.random.default_rng(seed).permutation(count)
+    cut = int(round(count * calibration_fraction))
+    return order[:cut], order[cut:]
+
+
 def _split(cfg: CalibrateConfig):
-    """(calibration, held-out) halves of the data's held-out split, shuffled with ``split_seed``."""
+    """(calibration, held-out) parts of the data's held-out split, shuffled with ``split_seed``."""
     arrays = load_arrays(cfg.data)
-    order = np.random.default_rng(cfg.split_seed).permutation(len(arrays.y_test))
-    cut = int(round(len(order) * cfg.calibration_fraction))
-    return [(arrays.x_test[rows], arrays.y_test[rows]) for rows in (order[:cut], order[cut:])]
+    rows = split_rows(len(arrays.y_test), cfg.calibration_fraction, cfg.split_seed)
+    return [(arrays.x_test[part], arrays.y_test[part]) for part in rows]
 
 
 @torch.inference_mode()
