@@ -2,7 +2,7 @@
 
 Worker output does not reach the driver (see :mod:`scaleforge.runtime`), so a worker that has
 something for the user (an epoch's metrics, the memory each rank holds) sends it through a
-:class:`ProgressChannel`, a Ray queue that the driver drains and prints while it waits.
+:class:`ProgressChannel`, a Ray actor that the driver drains and prints while it waits.
 """
 
 import sys
@@ -12,51 +12,82 @@ from contextlib import contextmanager
 from typing import Optional, TypeVar
 
 import ray
-from ray.util.queue import Empty, Queue
+from ray.exceptions import RayActorError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 T = TypeVar("T")
 
 
+@ray.remote(num_cpus=0)
+class _Lines:
+    """The lines sent and not yet printed. A plain (not async) actor runs one caller's calls in the
+    order sent; ``ray.util.queue.Queue`` (an asyncio actor) reordered lines sent without waiting and,
+    when a blocking ``get`` timed out as a line arrived, lost it."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def put(self, line: str) -> None:
+        self.lines.append(line)
+
+    def take(self) -> list[str]:
+        lines, self.lines = self.lines, []
+        return lines
+
+
 class ProgressChannel:
     """Lines from workers to the driver's console. Get it on the driver (:meth:`shared`), pass it to
-    the workers (it pickles as a handle), and wrap the wait in :meth:`printing`."""
+    the workers (it pickles as a handle), and wrap the wait in :meth:`printing`.
+
+    Progress is best effort: the lines wait on the driver's node (a lost worker node cannot take
+    them along), and should that actor die anyway, lines are dropped and the job goes on."""
 
     _shared: Optional["ProgressChannel"] = None
 
     def __init__(self):
-        self.queue = Queue(actor_options={"num_cpus": 0})
-        self.job = ray.get_runtime_context().get_job_id()
+        context = ray.get_runtime_context()
+        here = NodeAffinitySchedulingStrategy(node_id=context.get_node_id(), soft=True)
+        self.lines = _Lines.options(scheduling_strategy=here).remote()
+        self.job = context.get_job_id()
+        self.alive = True
 
     @classmethod
     def shared(cls) -> "ProgressChannel":
-        """One channel per driver and Ray session: its queue actor starts once, not once per run
-        (a process start costs seconds on a small machine)."""
-        if cls._shared is None or cls._shared.job != ray.get_runtime_context().get_job_id():
+        """One channel per driver and Ray session: its actor starts once, not once per run (a
+        process start costs seconds on a small machine)."""
+        shared = cls._shared
+        if shared is None or not shared.alive or shared.job != ray.get_runtime_context().get_job_id():
             cls._shared = cls()
         return cls._shared
 
     def send(self, line: str, wait: bool = False) -> None:
-        """From a worker: print ``line`` on the driver's console (``wait``: until it is queued, e.g.
+        """From a worker: print ``line`` on the driver's console (``wait``: until it is held, e.g.
         before the process exits)."""
-        sent = self.queue.actor.put_nowait.remote(line)
+        sent = self.lines.put.remote(line)
         if wait:
-            ray.get(sent)
+            try:
+                ray.get(sent)
+            except RayActorError:  # gone with the driver's node, and the console with it
+                pass
 
     @contextmanager
-    def printing(self, stream=None) -> Iterator[None]:
+    def printing(self, stream=None, every_s: float = 0.2) -> Iterator[None]:
         """Print every line sent while the ``with`` block runs, and whatever is left when it ends."""
         stream = stream or sys.stdout
         done = threading.Event()
 
-        def drain(timeout: float) -> None:
+        def drain() -> None:
             try:
-                print(self.queue.get(timeout=timeout), file=stream, flush=True)
-            except Empty:
-                pass
+                lines = ray.get(self.lines.take.remote())
+            except RayActorError:
+                self.alive = False
+                return
+            for line in lines:
+                print(line, file=stream, flush=True)
 
         def pump() -> None:
-            while not done.is_set():
-                drain(0.2)
+            while self.alive and not done.wait(every_s):
+                drain()
 
         thread = threading.Thread(target=pump, name="progress", daemon=True)
         thread.start()
@@ -65,8 +96,8 @@ class ProgressChannel:
         finally:
             done.set()
             thread.join()
-            while not self.queue.empty():
-                drain(0.0)
+            if self.alive:
+                drain()
 
 
 def bar(items: Iterable[T], total: Optional[int], label: str) -> Iterator[T]:

@@ -36,7 +36,9 @@ class ParameterShard:
                  die_at_update: Optional[int] = None):
         self.index, self.mode, self.bound = index, mode, staleness_bound
         # Ray re-runs __init__ when it restarts this actor (max_restarts): then restore, never die again.
-        self.incarnation = int(ray.get_runtime_context().was_current_actor_reconstructed)
+        with warnings.catch_warnings():  # Ray's own property reads its deprecated ``actor_id``
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.incarnation = int(ray.get_runtime_context().was_current_actor_reconstructed)
         self.die_at_update = die_at_update if self.incarnation == 0 else None
         if isinstance(init, InitialSlice):
             init = init.values()
