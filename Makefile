@@ -36,7 +36,7 @@ test-fast: install
 # Every benchmark in bench/, side by side runs; their tables go into docs/results.md. A benchmark
 # that fails keeps its previous table (its output goes to bench/results/<name>.failed); the others
 # are still written, and make fails at the end, naming it.
-BENCHES ?= training moe paramserver model_parallel serving compress
+BENCHES ?= training node_loss moe paramserver model_parallel serving compress
 bench: install
 	mkdir -p bench/results
 	failed=""; for b in $(BENCHES); do \

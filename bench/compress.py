@@ -20,6 +20,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
 
+from bars import print_bars  # noqa: E402
+
 from scaleforge.artifacts.servable import load_servable  # noqa: E402
 from scaleforge.compress.finetune import accuracy  # noqa: E402
 from scaleforge.config import CompressJobConfig, load_config  # noqa: E402
@@ -50,12 +52,7 @@ def main() -> int:
     print(f"teacher {teacher['parameters']:,} weights, {teacher['bytes']:,} bytes, accuracy {teacher['accuracy']:.4f}; "
           f"latency: median of {report['measure']['repeats']} passes, {report['torch_threads']} thread; "
           f"job wall-clock {report['wall_s']:.0f} s")
-    print(f"{'must show':44s} {'measured':58s} {'bar':28s} met")
-    for name, measured, bar, met in rows:
-        print(f"{name:44s} {measured:58s} {bar:28s} {'yes' if met else 'NO'}")
-    missed = [name for name, *_, met in rows if not met]
-    print("every bar met" if not missed else f"missed: {', '.join(missed)}")
-    return 1 if missed else 0
+    return print_bars(rows, "must show")
 
 
 def must_shows(report: dict, served_accuracy: float) -> list[tuple[str, str, str, bool]]:

@@ -31,6 +31,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
 
+from bars import print_bars  # noqa: E402
+
 from scaleforge.artifacts import load_artifact  # noqa: E402
 from scaleforge.cluster import LocalHead  # noqa: E402
 from scaleforge.cluster.local import RAY  # noqa: E402
@@ -117,12 +119,7 @@ def main() -> int:
                      balanced <= 0.3 and plain.metrics["expert_load_cv"] > balanced))
     rows.append(("train_tp.yaml (tp=2) via ray job submit", f"accuracy {tp_accuracy:.4f} (job reported "
                  f"{tp_reported:.4f})", ">= 0.92, equal", tp_accuracy >= 0.92 and abs(tp_accuracy - tp_reported) < 2e-3))
-    print(f"{'config':44s} {'measured':62s} {'bar':34s} met")
-    for name, measured, bar, met in rows:
-        print(f"{name:44s} {measured:62s} {bar:34s} {'yes' if met else 'NO'}")
-    missed = [name for name, *_, met in rows if not met]
-    print("every bar met" if not missed else f"missed: {', '.join(missed)}")
-    return 1 if missed else 0
+    return print_bars(rows, "config")
 
 
 if __name__ == "__main__":

@@ -7,12 +7,11 @@ import sys
 from typing import Optional, Sequence
 
 from scaleforge.config import AsyncSGDConfig, run_job
-from scaleforge.paramserver import run_async_sgd
-from scaleforge.paramserver.preflight import check_runnable
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_job(AsyncSGDConfig, run_async_sgd, argv, prog="jobs.async_sgd", preflight=check_runnable)
+    return run_job(AsyncSGDConfig, "scaleforge.paramserver:run_async_sgd", argv, prog="jobs.async_sgd",
+                   preflight="scaleforge.paramserver.preflight:check_runnable")
 
 
 if __name__ == "__main__":

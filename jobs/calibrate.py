@@ -7,11 +7,11 @@ import sys
 from typing import Optional, Sequence
 
 from scaleforge.config import CalibrateConfig, run_job
-from scaleforge.routing.calibration import calibrate_cascade, check_runnable
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_job(CalibrateConfig, calibrate_cascade, argv, prog="jobs.calibrate", preflight=check_runnable)
+    return run_job(CalibrateConfig, "scaleforge.routing.calibration:calibrate_cascade", argv, prog="jobs.calibrate",
+                   preflight="scaleforge.routing.calibration:check_runnable")
 
 
 if __name__ == "__main__":

@@ -12,11 +12,8 @@ from scaleforge.config import CompressJobConfig, run_job
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    # torch, Ray and the steps load only when the job runs, not when this module is imported
-    from scaleforge.compress.preflight import check_runnable
-    from scaleforge.compress.run import run_compression
-
-    return run_job(CompressJobConfig, run_compression, argv, prog="jobs.compress", preflight=check_runnable)
+    return run_job(CompressJobConfig, "scaleforge.compress.run:run_compression", argv, prog="jobs.compress",
+                   preflight="scaleforge.compress.preflight:check_runnable")
 
 
 if __name__ == "__main__":

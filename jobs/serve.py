@@ -11,11 +11,11 @@ import sys
 from typing import Optional, Sequence
 
 from scaleforge.config import ServeConfig, run_job
-from scaleforge.deploy import check_applications, serve_until_interrupted
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_job(ServeConfig, serve_until_interrupted, argv, prog="jobs.serve", preflight=check_applications)
+    return run_job(ServeConfig, "scaleforge.deploy:serve_until_interrupted", argv, prog="jobs.serve",
+                   preflight="scaleforge.deploy:check_applications")
 
 
 if __name__ == "__main__":

@@ -10,12 +10,11 @@ import sys
 from typing import Optional, Sequence
 
 from scaleforge.config import TrainJobConfig, run_job
-from scaleforge.train import run_training
-from scaleforge.train.preflight import check_runnable
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_job(TrainJobConfig, run_training, argv, prog="jobs.train", preflight=check_runnable)
+    return run_job(TrainJobConfig, "scaleforge.train:run_training", argv, prog="jobs.train",
+                   preflight="scaleforge.train.preflight:check_runnable")
 
 
 if __name__ == "__main__":

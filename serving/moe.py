@@ -15,7 +15,7 @@ import torch
 from ray.serve.handle import DeploymentHandle
 
 from scaleforge.config.serve import MoEEntry
-from scaleforge.routing import NoExpertAvailable, choose_experts, combine_outputs
+from scaleforge.routing import NoExpertAvailable, choose_experts, combine_outputs, uncomputed_experts
 from serving.metrics import RoutingMetrics
 from serving.models import logits_tensor, predict
 from serving.protocol import ProtocolError
@@ -56,6 +56,10 @@ class MoERouter:
                                          "retry later") from None
             if await self._compute(x, choice.experts, expert_logits, computed):
                 break
+        if missing := uncomputed_experts(choice, computed):  # never combine zeros for an expert that failed
+            names = ", ".join(self.entry.experts[e] for e in missing)
+            raise ProtocolError(503, f"MoE router '{self.entry.name}': expert(s) {names} failed on every attempt; "
+                                     "retry later")
         probs = combine_outputs(expert_logits, choice).softmax(dim=-1).numpy()
         self._count_fallbacks(choice)
         outputs = {"class": probs.argmax(axis=1).astype(np.int64), "probabilities": probs.astype(np.float32)}

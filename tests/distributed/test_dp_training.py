@@ -34,8 +34,8 @@ def _config(name, tmp_path, *overrides):
 @pytest.mark.slow
 def test_a_job_on_parquet_resumes_after_a_worker_death_and_exports_what_it_reported(ray_cluster, tmp_path):
     """One job, as a user would run it on their own data: Parquet input, checkpoints under a
-    ``file://`` URI, a hook of their own, and rank 1 killed halfway through epoch 3. The restart
-    loads the epoch-2 checkpoint, every epoch runs once, the hook's metric rides along every epoch,
+    ``file://`` URI, a hook of their own, and rank 1 killed halfway through epoch 2. The restart
+    loads the epoch-1 checkpoint, every epoch runs once, the hook's metric rides along every epoch,
     and the exported weights score exactly what the job reported. (The full config's bar and time
     limit through the same fault: ``bench/training.py``.)"""
     data = load_mnist1d(4000, 7, 0.2, "~/.cache/scaleforge")
@@ -43,15 +43,15 @@ def test_a_job_on_parquet_resumes_after_a_worker_death_and_exports_what_it_repor
         pq.write_table(pa.table({"x": pa.array(list(x), type=pa.list_(pa.float32())), "y": pa.array(y)}),
                        tmp_path / f"{split}.parquet")
     cfg = _config("train_dp.yaml", tmp_path, f"data.source={tmp_path / 'train.parquet'}",
-                  f"data.test_path={tmp_path / 'test.parquet'}", "optim.epochs=4", "fault.kill_worker_at_epoch=3",
+                  f"data.test_path={tmp_path / 'test.parquet'}", "optim.epochs=3", "fault.kill_worker_at_epoch=2",
                   f"run.storage_path=file://{tmp_path / 'uri-runs'}")
     result = run_training(cfg, hooks=[ParameterNorm()])
     summary = result.summary()
-    assert result.metrics["test_accuracy"] > 0.6, summary  # 10 classes: chance is 0.1
-    assert "resumed from the checkpoint of epoch 2" in summary and str(tmp_path / "artifact") in summary
-    assert result.metrics["resumed_from_epoch"] == 2, "the restarted run did not resume from its checkpoint"
-    assert [h["epoch"] for h in result.history] == [1, 2, 3, 4], "epochs were repeated or skipped"
-    assert [h["resumed_from_epoch"] for h in result.history] == [0, 0, 2, 2]
+    assert result.metrics["test_accuracy"] > 0.4, summary  # 10 classes: chance is 0.1; 3 epochs on 3,200
+    assert "resumed from the checkpoint of epoch 1" in summary and str(tmp_path / "artifact") in summary
+    assert result.metrics["resumed_from_epoch"] == 1, "the restarted run did not resume from its checkpoint"
+    assert [h["epoch"] for h in result.history] == [1, 2, 3], "epochs were repeated or skipped"
+    assert [h["resumed_from_epoch"] for h in result.history] == [0, 1, 1]
     assert result.checkpoint_path.startswith(str(tmp_path / "uri-runs"))
     artifact = load_artifact(result.artifact)
     manifest = artifact.manifest
@@ -61,6 +61,6 @@ def test_a_job_on_parquet_resumes_after_a_worker_death_and_exports_what_it_repor
         predicted = artifact.model(torch.from_numpy(data["x_test"])).argmax(1).numpy()
     assert (predicted == data["y_test"]).mean() == pytest.approx(result.metrics["test_accuracy"], abs=1e-9)
     assert f"test accuracy {manifest['metrics']['test_accuracy']:.4f}" in summary
-    assert len({h["parameter_norm"] for h in result.history}) == 4
+    assert len({h["parameter_norm"] for h in result.history}) == 3
     assert result.metrics["parameter_norm"] == pytest.approx(
         float(sum(p.detach().double().pow(2).sum() for p in artifact.model.parameters()) ** 0.5), rel=1e-6)

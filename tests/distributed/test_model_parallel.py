@@ -172,3 +172,25 @@ def test_each_worker_holds_at_most_055_of_one_process(two_ranks):
             print(f"{name} rank {rank}: {held / 2**20:.1f} MiB = {held / one_process.total:.3f}x one process "
                   f"({one_process.total / 2**20:.1f} MiB, {count_parameters(model):,} parameters)")
             assert held <= 0.55 * one_process.total, f"{name} rank {rank}: {held / one_process.total:.3f}x"
+
+
+def test_a_tampered_checkpoint_is_refused_naming_the_file(two_ranks, tmp_path):
+    """Checkpoints are safetensors and JSON only (nothing is unpickled); a changed byte is caught by the
+    digest in the stage's JSON, before any tensor reaches the model."""
+    import shutil
+
+    from scaleforge.distributed.stage_checkpoint import CheckpointError
+
+    folder, _ = two_ranks
+    source = folder / "pp=2_gpipe"
+    assert sorted(p.name for p in source.iterdir()) == ["stage0.json", "stage0.safetensors", "stage1.json",
+                                                       "stage1.safetensors"]
+    tampered = shutil.copytree(source, tmp_path / "tampered")
+    data = bytearray((tampered / "stage1.safetensors").read_bytes())
+    data[-1] ^= 0xFF
+    (tampered / "stage1.safetensors").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"stage1\.safetensors: sha256 does not match stage1\.json"):
+        MeshParallel.gather(tampered, build_model(TINY, 40, 10))
+    (tampered / "stage1.json").unlink()
+    with pytest.raises(CheckpointError, match=r"stage1\.json: missing|hold no"):
+        MeshParallel.gather(tampered, build_model(TINY, 40, 10))

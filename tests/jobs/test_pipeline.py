@@ -10,12 +10,12 @@ import pytest
 from conftest import REPO
 
 TINY = [
-    "--set", "teacher.set=[data.num_samples=3000, optim.epochs=1]",
+    "--set", "teacher.set=[data.num_samples=3000, optim.epochs=1, scaling.num_workers=1]",
     "--set", "async_sgd.set=[data.num_samples=3000, workers.epochs=1, run.eval_every_s=0.5]",
     "--set", "async_sgd.modes=[async]",
     "--set", "compress.set=[data.num_samples=3000, recipe.0.optim.epochs=1, recipe.0.compare_hard_labels=false, "
-             "'sweeps=[]', measure.repeats=2]",
-    "--set", "moe.set=[data.num_samples=3000, optim.epochs=1, model.num_experts=2]",  # 2 expert deployments
+             "'sweeps=[]', measure.repeats=2, scaling.num_workers=1]",
+    "--set", "moe.set=[data.num_samples=3000, optim.epochs=1, model.num_experts=2, scaling.num_workers=1]",  # 2 experts
     "--set", "calibrate.set=[data.num_samples=3000]",
     "--set", "query.max_inputs=128",
 ]

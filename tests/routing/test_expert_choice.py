@@ -5,7 +5,7 @@ import torch
 
 from scaleforge.models.moe_parts import combine_parts
 from scaleforge.models import MoESpec
-from scaleforge.routing import NoExpertAvailable, choose_experts, combine_outputs, fallback_order
+from scaleforge.routing import NoExpertAvailable, choose_experts, combine_outputs, fallback_order, uncomputed_experts
 
 LOGITS = torch.tensor([[3.0, 2.0, 1.0, 0.0], [0.0, 1.0, 2.0, 3.0]])
 ALL = torch.ones(4, dtype=torch.bool)
@@ -43,3 +43,15 @@ def test_combined_outputs_match_the_moe_parts_rule():
     spec = MoESpec(num_experts=4, top_k=2)
     combined = combine_outputs(experts, choose_experts(gate, 2, ALL))
     assert torch.allclose(combined, combine_parts(gate, experts, spec), atol=1e-6)
+
+
+def test_an_answer_is_combined_only_from_experts_that_computed_every_input_they_were_chosen_for():
+    """The router answers 503 naming these experts instead of combining the zeros they left."""
+    choice = choose_experts(LOGITS, 2, ALL)  # input 0 -> experts 0, 1; input 1 -> experts 3, 2
+    computed = torch.ones(2, 4, dtype=torch.bool)
+    assert uncomputed_experts(choice, computed) == []
+    computed[1, 2] = False  # expert 2 failed on its last attempt for input 1
+    computed[0, 2] = False  # not chosen for input 0: irrelevant
+    assert uncomputed_experts(choice, computed) == [2]
+    computed[0, 0] = False
+    assert uncomputed_experts(choice, computed) == [0, 2]

@@ -1,8 +1,9 @@
 """The shared command line of every job: ``--config FILE [--set dotted.key=value ...]``."""
 
 import argparse
+import importlib
 import sys
-from typing import Callable, Optional, Sequence, TypeVar
+from typing import Callable, Optional, Sequence, TypeVar, Union
 
 from pydantic import BaseModel
 
@@ -10,9 +11,22 @@ from scaleforge.config.loader import ConfigError, load_config
 
 M = TypeVar("M", bound=BaseModel)
 
+Lazy = Union[Callable, str]
+"""A function, or ``"module:function"`` imported only when needed: a job names its run and pre-flight
+this way so that a config that fails validation is reported in a fraction of a second, before torch
+and Ray are imported."""
+
+
+def resolve(target: Lazy) -> Callable:
+    """``target`` itself, or the function that its ``"module:function"`` names."""
+    if callable(target):
+        return target
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
 
 def parse_job_config(schema: type[M], argv: Optional[Sequence[str]], prog: str,
-                     preflight: Optional[Callable[[M], None]] = None) -> M:
+                     preflight: Optional[Lazy] = None) -> M:
     """Parse the job's arguments, load its config and run its pre-flight check.
 
     Raises:
@@ -25,19 +39,22 @@ def parse_job_config(schema: type[M], argv: Optional[Sequence[str]], prog: str,
         help="override one field, e.g. --set optim.lr=0.01 (repeatable)",
     )
     args = parser.parse_args(argv)
-    return load_config(schema, args.config, args.overrides, preflight)
+    return load_config(schema, args.config, args.overrides,
+                       None if preflight is None else lambda cfg: resolve(preflight)(cfg))
 
 
-def run_job(schema: type[M], job: Callable[[M], object], argv: Optional[Sequence[str]], prog: str,
-            preflight: Optional[Callable[[M], None]] = None) -> int:
+def run_job(schema: type[M], job: Lazy, argv: Optional[Sequence[str]], prog: str,
+            preflight: Optional[Lazy] = None) -> int:
     """Validate the config, run its pre-flight (no Ray touched), then run ``job`` and print its summary.
 
     Args:
         schema: The job's config schema.
-        job: Runs a valid config and returns a result (its ``summary()`` is printed).
+        job: Runs a valid config and returns a result (its ``summary()`` is printed); a function or
+            ``"module:function"``.
         argv: Command-line arguments (default: ``sys.argv[1:]``).
         prog: The job's module, for ``--help``.
-        preflight: The job's ``check_runnable(cfg)``: raises ConfigError when the run cannot start.
+        preflight: The job's ``check_runnable(cfg)`` (or ``"module:function"``): raises ConfigError when
+            the run cannot start.
 
     Returns:
         0 on success, 2 when the config is invalid or cannot run (message on stderr, no traceback).
@@ -47,6 +64,6 @@ def run_job(schema: type[M], job: Callable[[M], object], argv: Optional[Sequence
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    result = job(config)
+    result = resolve(job)(config)
     print(result.summary() if hasattr(result, "summary") else result)
     return 0

@@ -31,24 +31,37 @@ class TrainingData:
 def build_ray_datasets(spec: DataSpec) -> TrainingData:
     """Ray Datasets with ``train`` and ``test`` splits, columns ``x`` (float32 rows) and ``y`` (int64).
 
-    Parquet is read lazily with ``ray.data.read_parquet`` so data larger than one machine streams
-    to the workers; in-memory arrays (MNIST-1D, ``.npz``) go to the object store once.
+    Parquet is read with ``ray.data.read_parquet``. Data larger than a tenth of the object store
+    streams to the workers, read again every epoch; smaller data is read once and kept in the object
+    store (``materialize``, as Ray Data advises for data that fits): re-reading costs seconds per
+    epoch. In-memory arrays (MNIST-1D, ``.npz``) go to the object store once.
     """
     _quiet_ray_data()
     spec = localized(spec)
     if is_parquet(spec):
-        train = ray.data.read_parquet(spec.source).map_batches(to_training_batch, batch_format="numpy")
-        if spec.test_path:
-            test = ray.data.read_parquet(spec.test_path).map_batches(to_training_batch, batch_format="numpy")
-        else:
+        info = describe(spec)
+        keep = _fits_in_object_store((info.num_train + info.num_test) * (info.input_dim + 1) * 4)
+        train, test = (_read_parquet(path, keep) for path in (spec.source, spec.test_path))
+        if test is None:
             train, test = train.train_test_split(test_size=spec.test_fraction, shuffle=True, seed=spec.seed)
-        return TrainingData({"train": train, "test": test}, describe(spec), file_fingerprint(*parquet_paths(spec)))
+        return TrainingData({"train": train, "test": test}, info, file_fingerprint(*parquet_paths(spec)))
     arrays = load_arrays(spec)
     datasets = {
         "train": ray.data.from_arrow(_table(arrays.x, arrays.y)),
         "test": ray.data.from_arrow(_table(arrays.x_test, arrays.y_test)),
     }
     return TrainingData(datasets, arrays.info, arrays.fingerprint)
+
+
+def _read_parquet(path, keep: bool):
+    if not path:
+        return None
+    dataset = ray.data.read_parquet(path).map_batches(to_training_batch, batch_format="numpy")
+    return dataset.materialize() if keep else dataset
+
+
+def _fits_in_object_store(nbytes: int) -> bool:
+    return nbytes <= 0.1 * ray.cluster_resources().get("object_store_memory", 0)
 
 
 def _table(x, y) -> pa.Table:

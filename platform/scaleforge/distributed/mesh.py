@@ -5,8 +5,8 @@
   with the GPipe or 1F1B schedule;
 - fully sharded: FSDP2 ``fully_shard`` per plan unit and at the root (HSDP when ``dp > 1``).
 
-Checkpoints stay sharded (``torch.distributed.checkpoint``) and are gathered into one full state
-dict in one process for export.
+Checkpoints hold each pipeline stage's full state in safetensors and JSON, never pickle
+(:mod:`scaleforge.distributed.stage_checkpoint`); export merges the stages in one process.
 """
 
 from pathlib import Path
@@ -14,10 +14,8 @@ from typing import Optional
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from ray.train import DataConfig
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.tensor import DTensor
@@ -27,6 +25,7 @@ from scaleforge.distributed.batches import MeshBatches
 from scaleforge.distributed.dims import ParallelDims
 from scaleforge.distributed.memory import MemoryReport, memory_held
 from scaleforge.distributed.plan import ParallelPlan
+from scaleforge.distributed.stage_checkpoint import gather_stages, load_stage, save_stage
 from scaleforge.distributed.strategy import Batch, LossFn, cross_entropy
 
 _SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
@@ -118,25 +117,13 @@ class MeshParallel:
         return memory_held(self.module, optimizer)
 
     def save(self, folder: Path, optimizer: torch.optim.Optimizer) -> bool:
-        """Each rank writes its own ``__<rank>_*.distcp`` shards and rank 0 the ``.metadata``, so the
-        folders of all ranks merged (as Ray Train does with reported checkpoints) form the checkpoint."""
-        dcp.save(self._state(optimizer), checkpoint_id=str(folder))
-        return True
+        """One rank per pipeline stage writes the stage's files, so the folders of all ranks merged
+        (as Ray Train does with reported checkpoints) form the checkpoint."""
+        writer = all(self.mesh.get_local_rank(dim) == 0 for dim in ("dp", "fsdp", "tp"))
+        return save_stage(folder, self.module, optimizer, self.mesh.get_local_rank("pp"), writer)
 
     def load(self, folder: Path, optimizer: torch.optim.Optimizer) -> None:
-        state = self._state(optimizer)
-        dcp.load(state, checkpoint_id=str(folder))
-        set_state_dict(self.module, optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state[self._optimizer_key])
-
-    def _state(self, optimizer: torch.optim.Optimizer) -> dict:
-        model_state, optimizer_state = get_state_dict(self.module, optimizer)
-        return {"model": model_state, self._optimizer_key: optimizer_state}
-
-    @property
-    def _optimizer_key(self) -> str:
-        # Pipeline stages hold different parameters: their param_groups must not overwrite each other.
-        return f"optimizer.stage{self.mesh.get_local_rank('pp')}"
+        load_stage(folder, self.module, optimizer, self.mesh.get_local_rank("pp"))
 
     @staticmethod
     def data_config() -> DataConfig:
@@ -147,12 +134,8 @@ class MeshParallel:
 
     @staticmethod
     def gather(folder: Path, model: nn.Module) -> nn.Module:
-        """Fill the whole, unsplit ``model`` from a sharded checkpoint, in one process (no process
-        group): DCP reassembles each tensor from the shards of every rank and stage that wrote it."""
-        state = {"model": model.state_dict()}
-        dcp.load(state, checkpoint_id=str(folder), no_dist=True)
-        model.load_state_dict(state["model"])
-        return model
+        """Fill the whole, unsplit ``model`` from a checkpoint's stages, in one process (no process group)."""
+        return gather_stages(folder, model)
 
 
 def _required(part, kind: str, dims: ParallelDims):

@@ -84,6 +84,13 @@ def combine_outputs(expert_logits: torch.Tensor, choice: ExpertChoice) -> torch.
     return (expert_logits.gather(1, index) * choice.weights[..., None]).sum(dim=1)
 
 
+def uncomputed_experts(choice: ExpertChoice, computed: torch.Tensor) -> list[int]:
+    """The chosen experts whose output is missing for some input (``computed``: [batch, num_experts]
+    bool, true where that expert's output for that input exists); empty when the choice can be combined."""
+    missing = ~computed.gather(1, choice.experts)
+    return sorted(choice.experts[missing].unique().tolist())
+
+
 def _weights(gate_logits: torch.Tensor, experts: torch.Tensor, combine: CombineRule) -> torch.Tensor:
     if combine == "gumbel":
         return torch.full(experts.shape, 1.0 / experts.shape[1])

@@ -1,11 +1,20 @@
-"""Node-loss drills on a multi-node cluster on one machine (``ray.cluster_utils.Cluster``).
+"""Node-loss drills: a node removed mid-run on a multi-node cluster on one machine
+(``ray.cluster_utils.Cluster``: a head that holds no work and three 2-CPU raylets).
 
-    python tests/cluster/node_loss.py async_sgd|train|serve|all OUTPUT_DIR
+    .venv/bin/python bench/node_loss.py      (about 4 minutes on 2 idle cores)
 
-Each drill builds a cluster of several raylets (the head holds no work), runs a real job on it,
-removes a node while the job runs, and prints one ``RESULT {...}`` line saying what was lost and
-how the job ended. It runs as its own process because a driver joins one cluster at a time, and
-the test session already has its own.
+One after another on one cluster (a fresh node replaces the one the previous drill removed):
+
+- ``configs/async_sgd.yaml`` on 8,000 samples: the node holding a parameter shard goes away once
+  the run has checkpointed; the shards restart on surviving nodes from their checkpoints;
+- ``configs/train_dp.yaml``: a Ray Train worker's node goes away once the first checkpoint is
+  registered; the job resumes from it on the surviving nodes;
+- a Serve app with its replicas on two nodes (``max_replicas_per_node: 1``) under load from 4
+  clients: one of them goes away.
+
+Prints what each lost and how it ended, beside its bar (met/missed); exit status 1 if one is missed.
+The suite covers each failure within a node (a killed worker, shard, replica); this is the
+multi-node version, which takes minutes of cluster time.
 """
 
 import json
@@ -17,8 +26,10 @@ from pathlib import Path
 import ray
 from ray.cluster_utils import Cluster
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "platform"), str(REPO)]
+
+from bars import print_bars  # noqa: E402
 
 from scaleforge.config import AsyncSGDConfig, TrainJobConfig, load_config  # noqa: E402
 
@@ -56,7 +67,7 @@ def async_sgd(cluster: Cluster, output: Path) -> dict:
     from scaleforge.paramserver import run_async_sgd
 
     cfg = load_config(AsyncSGDConfig, REPO / "configs/async_sgd.yaml", [
-        "data.num_samples=8000", "workers.epochs=6", "server.checkpoint_every=25", "run.eval_every_s=1",
+        "data.num_samples=8000", "workers.epochs=12", "server.checkpoint_every=25", "run.eval_every_s=1",
         f"run.output_dir={output / 'out'}", f"artifact.dir={output / 'artifact'}",
     ])
     removed: dict = {}
@@ -85,7 +96,7 @@ def train(cluster: Cluster, output: Path) -> dict:
     from scaleforge.train import run_training
 
     cfg = load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", [
-        "data.num_samples=12000", "optim.epochs=4", "run.max_failures=2", f"run.storage_path={output / 'runs'}",
+        "data.num_samples=20000", "optim.epochs=5", "run.max_failures=2", f"run.storage_path={output / 'runs'}",
         "run.name=node-loss", f"artifact.dir={output / 'artifact'}",
     ])
     removed: dict = {}
@@ -160,31 +171,54 @@ def serve_app(cluster: Cluster, output: Path) -> dict:
 DRILLS = {"async_sgd": async_sgd, "train": train, "serve": serve_app}
 
 
-def main() -> None:
-    drill, output = sys.argv[1], Path(sys.argv[2])
+def _rows(results: dict) -> list[tuple[str, str, str, bool]]:
+    """(drill, measured, bar, met) for each drill."""
+    ps, train_run, served = results["async_sgd"], results["train"], results["serve"]
+    restored = [e for e in ps["events"] if e["event"] == "shard_restored"]
+    lost = max((e["lost_updates"] for e in restored), default=-1)
+    bound = ps["checkpoint_every"]
+    return [
+        ("async_sgd.yaml, a shard's node lost", f"accuracy {ps['test_accuracy']:.4f}, {len(restored)} shard(s) "
+         f"restored, at most {lost} updates lost", f">= 0.9, restored, <= {bound} lost",
+         bool(ps["removed"]) and bool(restored) and ps["test_accuracy"] >= 0.9 and 0 <= lost <= bound),
+        ("train_dp.yaml, a worker's node lost", f"accuracy {train_run['test_accuracy']:.4f}, resumed from epoch "
+         f"{train_run['resumed_from_epoch']}, epochs {train_run['epochs']}", ">= 0.9, resumed, each epoch once",
+         bool(train_run["removed"]) and train_run["test_accuracy"] >= 0.9 and train_run["resumed_from_epoch"] >= 1
+         and train_run["epochs"] == [1, 2, 3, 4, 5]),
+        ("Serve app, a replica's node lost under load", f"{served['requests']} requests, {served['failed']} failed "
+         f"{served['failed_codes']}, {served['answered_after_loss']}/{served['after_loss']} answered once settled",
+         "none before, all once settled", bool(served["removed"]) and served["failed_before_loss"] == 0
+         and served["after_loss"] > 20 and served["answered_after_loss"] == served["after_loss"]),
+    ]
+
+
+def main() -> int:
+    import tempfile
+    from contextlib import redirect_stdout
+
     # A dead node is declared dead after ~3 s instead of Ray's default ~30 s (shortened for the drill).
     fast_detection = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
                       "health_check_failure_threshold": 3}
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "_system_config": fast_detection})
-    for _ in range(3):
-        cluster.add_node(num_cpus=2)
-    ray.init(address=cluster.address, logging_level="ERROR")
     results = {}
-    try:
-        # "all": the drills one after another on one cluster (starting one costs seconds of CPU), a
-        # fresh node replacing the one the previous drill removed.
-        for name in DRILLS if drill == "all" else [drill]:
-            if results:
-                cluster.add_node(num_cpus=2)
-                cluster.wait_for_nodes()
-            start = time.perf_counter()
-            results[name] = DRILLS[name](cluster, output / name)
-            print(f"drill {name}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-    print("RESULT", json.dumps(results if drill == "all" else results[drill]), flush=True)
+    with tempfile.TemporaryDirectory(prefix="scaleforge-bench-node-loss-") as folder, redirect_stdout(sys.stderr):
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "_system_config": fast_detection})
+        for _ in range(3):
+            cluster.add_node(num_cpus=2)
+        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+        try:
+            for name, drill in DRILLS.items():
+                if results:
+                    cluster.add_node(num_cpus=2)
+                    cluster.wait_for_nodes()
+                start = time.perf_counter()
+                results[name] = drill(cluster, Path(folder) / name)
+                print(f"drill {name}: {time.perf_counter() - start:.0f} s", flush=True)
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+    rows = _rows(results)
+    return print_bars(rows, "drill")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
