@@ -8,8 +8,8 @@ collective), and one rank per pipeline stage writes:
 - ``stage<p>.safetensors``: model tensors (``model/<fqn>``) and optimiser tensors (``optim/<fqn>/<name>``);
 - ``stage<p>.json``, last: param groups, scalar optimiser state and the tensor file's sha256.
 
-Resuming, every rank reads its stage's files, verifies the digest, and ``set_state_dict`` shards
-the full tensors onto its mesh anew; exporting merges the stages' model tensors into one state
+Resuming, every rank reads its stage's files, verifies the digest, cuts its own shard out of each
+full tensor (``distribute_tensor`` without communication) and loads them with ``set_state_dict``; exporting merges the stages' model tensors into one state
 dict. Full tensors per stage cost a gather on save; the models trained this way fit one host's
 memory per stage, which is what the gather needs.
 """
@@ -24,6 +24,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from scaleforge.storage import write_atomic
 
@@ -59,20 +60,32 @@ def save_stage(folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer
 
 
 def load_stage(folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer, stage: int) -> None:
-    """Collective: restore this rank's shards of the model and optimiser from stage ``stage``'s files."""
+    """Restore this rank's shards of the model and optimiser from stage ``stage``'s files."""
     document, tensors = _read(Path(folder), stage)
-    model_state = {key[len("model/"):]: value for key, value in tensors.items() if key.startswith("model/")}
-    state: dict[str, dict[str, Any]] = {fqn: dict(entries) for fqn, entries in document["scalars"].items()}
-    for key, value in tensors.items():
-        if key.startswith("optim/"):
-            fqn, name = key[len("optim/"):].rsplit("/", 1)
-            state.setdefault(fqn, {})[name] = value
-    groups = [{k: tuple(v) if k == "betas" else v for k, v in group.items()} for group in document["param_groups"]]
+    model_state, optim_state = get_state_dict(module, optimizer)  # this rank's shards: the layout to fill
     try:
-        set_state_dict(module, optimizer, model_state_dict=model_state,
-                       optim_state_dict={"state": state, "param_groups": groups}, options=_FULL)
-    except (KeyError, RuntimeError, ValueError) as err:
-        raise CheckpointError(f"{folder}/stage{stage}: does not fit this model and layout ({err})") from err
+        for fqn, like in model_state.items():
+            model_state[fqn] = _shard_like(tensors[f"model/{fqn}"], like)
+        for fqn, entries in optim_state["state"].items():
+            for name, like in entries.items():
+                entries[name] = (_shard_like(tensors[f"optim/{fqn}/{name}"], like) if torch.is_tensor(like)
+                                 else document["scalars"][fqn][name])
+    except KeyError as err:
+        raise CheckpointError(f"{folder}/stage{stage}.safetensors: holds no {err.args[0]} (another model or "
+                              "layout)") from None
+    optim_state["param_groups"] = [{k: tuple(v) if k == "betas" else v for k, v in group.items()}
+                                   for group in document["param_groups"]]
+    set_state_dict(module, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
+
+
+def _shard_like(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``full`` cut the way ``like`` is sharded on this rank, computed locally (every rank has ``full``)."""
+    if full.shape != like.shape:
+        raise CheckpointError(f"a tensor of shape {tuple(full.shape)} where the model has {tuple(like.shape)}")
+    full = full.to(device=like.device, dtype=like.dtype)
+    if isinstance(like, DTensor):
+        return distribute_tensor(full, like.device_mesh, like.placements, src_data_rank=None)
+    return full
 
 
 def gather_stages(folder: Path, model: nn.Module) -> nn.Module:
