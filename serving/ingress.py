@@ -163,20 +163,27 @@ class V2Ingress:
     @app.post("/v2/models/{name}/infer",
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": _INFER_SCHEMA}}}})
     async def infer(self, name: str, request: Request) -> V2Response:
+        status = "500"
+        try:
+            response = await self._infer(name, request)
+            status = "200"
+            return response
+        except ProtocolError as err:
+            status = str(err.status)
+            raise
+        finally:  # every answer counts, refusals too (an unknown name is counted as "unknown": bounded tags)
+            self.metrics.requests.inc(tags={"model": name if name in self.infos else "unknown", "status": status})
+
+    async def _infer(self, name: str, request: Request) -> V2Response:
         self._authorize(request)
         info = self._info(name)
         body = await _read_body(request, self.args.limits.max_body_bytes)
         parsed = parse_infer_request(body, info.input_dim, self.args.limits.max_batch_size)
         try:
             outputs, summary = await self.servables[name].infer(parsed.x, parsed.parameters)
-        except ProtocolError as err:
-            self.metrics.requests.inc(tags={"model": name, "status": str(err.status)})
-            raise
         except (BackPressureError, RayActorError, ReplicaUnavailableError) as err:
-            self.metrics.requests.inc(tags={"model": name, "status": "503"})
             raise ProtocolError(503, f"model '{name}' is overloaded or unavailable ({type(err).__name__}); "
                                      "retry later") from None
-        self.metrics.requests.inc(tags={"model": name, "status": "200"})
         return V2Response(infer_response(name, parsed.id, outputs, parsed.outputs, summary))
 
     def _info(self, name: str) -> ModelInfo:

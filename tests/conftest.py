@@ -14,11 +14,21 @@ for _name, _value in FAST_POLLING.items():
 
 
 @pytest.fixture(scope="session")
-def ray_cluster():
+def metrics_port() -> int:
+    """Where the session cluster's node exports Ray's metrics in Prometheus format (``/metrics``)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(metrics_port):
     import ray
 
     # address="local": a fresh cluster even if another local one (or a stale address file) exists.
-    ray.init(address="local", num_cpus=4, include_dashboard=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, _metrics_export_port=metrics_port)
     yield ray
     ray.shutdown()
 

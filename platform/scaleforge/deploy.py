@@ -1,17 +1,22 @@
 """Deploy a validated Serve config (``configs/serve.yaml``): check every app, then start Serve and run each app.
 
 What ``python -m jobs.serve`` and the main job's serve stage do. Every app's artifacts and shapes
-are checked from their manifests before Ray starts (:func:`check_applications`); then each app
-is built from the ``import_path`` its config names, imported the way ``serve run`` imports it,
-with its ``args``. The app modules themselves (``serving/``) are never imported by name here.
+are checked from their manifests before Ray starts (:func:`check_applications`). An embedded Ray
+is sized to the CPUs the config asks for; on an existing cluster a shortfall fails at once, naming
+it. The config then goes to Serve's controller exactly as ``serve run config.yaml`` sends it
+(``deploy_apps``), so each app's ``runtime_env`` applies to its build and its replicas. The app
+modules themselves (``serving/``) are never imported by name here.
 """
 
 import importlib
+import math
 import time
 from dataclasses import dataclass
 
+import ray
 from ray import serve
-from ray.serve import Application
+from ray.serve._private import api as serve_api  # what `serve run config.yaml` calls (Ray 2.60)
+from ray.serve.schema import ApplicationStatus, ServeDeploySchema
 
 from scaleforge.artifacts import ArtifactError
 from scaleforge.artifacts.servable import servable_shapes
@@ -93,23 +98,47 @@ def import_builder(import_path: str):
         raise ImportError(f"import_path {import_path!r}: module {module_name!r} has no {attribute!r}") from None
 
 
-def deploy(cfg: ServeConfig) -> str:
-    """Check every app (before Ray starts), then start Serve and deploy each app with its args.
+def deploy(cfg: ServeConfig, ready_within_s: float = 300) -> str:
+    """Check every app (before Ray starts), make sure the cluster has the CPUs they ask for, then
+    deploy the config as ``serve run`` does and wait until every app is running.
 
     Returns:
         The base URL of the HTTP proxy.
 
     Raises:
-        AppCheckError: an app cannot be served (raised before any Ray resource is allocated).
+        AppCheckError: an app cannot be served, or the cluster lacks the CPUs (before deploying).
+        RuntimeError: an app failed to deploy or was not running within ``ready_within_s`` (Serve's message).
     """
     check_applications(cfg)
-    ensure_ray(min_cpus=4)
-    serve.start(proxy_location=cfg.proxy_location, http_options=cfg.http_options.model_dump(exclude_none=True))
-    for app in cfg.applications:
-        target = import_builder(app.import_path)
-        application = target if isinstance(target, Application) else target(app.args)
-        serve.run(application, name=app.name, route_prefix=app.route_prefix)
+    asked = sum(app.args.cpus_asked for app in cfg.applications)
+    ensure_ray(min_cpus=max(4, math.ceil(asked)))
+    free = ray.available_resources().get("CPU", 0.0)
+    if asked > free + 1e-9:
+        raise AppCheckError(f"the applications ask for {asked:g} CPUs (replicas x num_cpus of every model and "
+                            f"ingress) and the cluster has {free:g} free of {ray.cluster_resources().get('CPU', 0):g}")
+    client = serve_api.serve_start(proxy_location=cfg.proxy_location,
+                                   http_options=cfg.http_options.model_dump(exclude_none=True))
+    client.deploy_apps(ServeDeploySchema.model_validate(cfg.model_dump(mode="json", exclude_none=True)))
+    _wait_until_running([app.name for app in cfg.applications], ready_within_s)
     return f"http://{cfg.http_options.host}:{cfg.http_options.port}"
+
+
+def _wait_until_running(names: list[str], within_s: float) -> None:
+    deadline = time.monotonic() + within_s
+    while True:
+        apps = serve.status().applications
+        states = {name: apps[name].status if name in apps else ApplicationStatus.NOT_STARTED for name in names}
+        failed = [name for name, state in states.items() if state in (ApplicationStatus.DEPLOY_FAILED,
+                                                                      ApplicationStatus.UNHEALTHY)]
+        if failed:
+            raise RuntimeError("; ".join(f"application {name!r}: {apps[name].message}" for name in failed))
+        if all(state == ApplicationStatus.RUNNING for state in states.values()):
+            return
+        if time.monotonic() > deadline:
+            waiting = {name: apps[name].message if name in apps else "not started" for name, state in states.items()
+                       if state != ApplicationStatus.RUNNING}
+            raise RuntimeError(f"not running within {within_s:.0f} s: {waiting}")
+        time.sleep(0.5)
 
 
 def serve_until_interrupted(cfg: ServeConfig) -> str:

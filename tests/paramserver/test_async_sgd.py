@@ -149,13 +149,14 @@ def test_bad_input_is_rejected_before_anything_starts(override, message):
 @pytest.mark.parametrize("mode", ["async", "ssp", "sync"])
 def test_workers_join_and_leave_while_training(ray_cluster, tmp_path, mode):
     result = run_async_sgd(_config(
-        tmp_path, "data.num_samples=4000", "workers.batch_size=32", "workers.epochs=8", "run.eval_every_s=0.2",
+        tmp_path, "data.num_samples=4000", "model={name: mlp, hidden: [64]}", "workers.batch_size=32",
+        "workers.epochs=8", "run.eval_every_s=0.2",
         f"server.mode={mode}", "workers.scaling=[{at_s: 2, workers: 3}, {at_s: 4, workers: 1}]",
     ))
     kinds = [(e["event"], e["worker"]) for e in result.events]
     assert kinds == [("worker_added", 2), ("worker_removed", 2), ("worker_removed", 1)], result.events
     assert result.events[1]["seconds"] - result.events[0]["seconds"] > 1.0  # two separate moments
-    assert result.test_accuracy > 0.5, result.summary()  # training went on after each change
+    assert result.test_accuracy > 0.3, result.summary()  # training went on after each change (chance: 0.1)
 
 
 def test_run_stops_once_the_target_accuracy_is_reached(ray_cluster, tmp_path):

@@ -227,6 +227,29 @@ def test_transport_and_auth_errors(server, data):
     assert client.post("/v2/models/teacher/infer", json=v2_body(x)).status_code == 200
 
 
+def test_prometheus_counts_every_answer_by_status(server, data, metrics_port):
+    """Refusals are counted too: Ray's Prometheus endpoint shows 200, 400 and 401 answers of the
+    teacher (the counter is exported every few seconds, so it is polled)."""
+    import re
+
+    client, x = server["client"], data["x_test"][:4]
+    base = str(client.base_url)
+    assert client.post("/v2/models/teacher/infer", json=v2_body(x)).status_code == 200
+    assert client.post("/v2/models/teacher/infer", content=b"{not json").status_code == 400
+    assert httpx.post(f"{base}/v2/models/teacher/infer", json=v2_body(x)).status_code == 401
+    counted: dict[str, float] = {}
+    deadline = time.time() + 60
+    while time.time() < deadline and not {"200", "400", "401"} <= counted.keys():
+        time.sleep(2)
+        text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith("ray_scaleforge_requests") and 'model="teacher"' in line:
+                status = re.search(r'status="(\d+)"', line).group(1)
+                counted[status] = float(line.rsplit(" ", 1)[1])
+    assert {"200", "400", "401"} <= counted.keys(), counted
+    assert all(counted[status] >= 1 for status in ("200", "400", "401")), counted
+
+
 def test_schemathesis_finds_no_server_errors(server, tmp_path):
     url = f"http://127.0.0.1:{server['port']}/openapi.json"
     run = subprocess.run(

@@ -57,6 +57,11 @@ class DeploymentSpec(_Section):
     max_replicas_per_node: Optional[PositiveInt] = None
     """At most this many replicas on one node (1: replicas on separate nodes survive a node's loss)."""
 
+    @property
+    def cpus_asked(self) -> float:
+        """Logical CPUs its replicas reserve at start (``autoscaling.min_replicas`` when it autoscales)."""
+        return (self.autoscaling.min_replicas if self.autoscaling else self.replicas) * self.num_cpus
+
     def options(self) -> dict:
         """Keyword arguments for ``Deployment.options``."""
         scaling = ({"autoscaling_config": self.autoscaling.model_dump()} if self.autoscaling
@@ -209,6 +214,11 @@ class ServeArgs(_Section):
 
     def model(self, name: str) -> ModelEntry:
         return next(m for m in self.models if m.name == name)
+
+    @property
+    def cpus_asked(self) -> float:
+        """Logical CPUs the app's deployments (every model and the ingress) reserve at start."""
+        return sum(m.cpus_asked for m in self.models) + self.ingress.cpus_asked
 
 
 class HttpOptions(_Section):
