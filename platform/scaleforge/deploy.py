@@ -8,7 +8,6 @@ it. The config then goes to Serve's controller exactly as ``serve run config.yam
 modules themselves (``serving/``) are never imported by name here.
 """
 
-import importlib
 import math
 import time
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from ray.serve.schema import ApplicationStatus, ServeDeploySchema
 
 from scaleforge.artifacts import ArtifactError
 from scaleforge.artifacts.servable import servable_shapes
+from scaleforge.config.cli import import_object
 from scaleforge.config.loader import ConfigError
 from scaleforge.config.serve import ServeArgs, ServeConfig
 from scaleforge.runtime import ensure_ray
@@ -76,26 +76,9 @@ def check_applications(cfg: ServeConfig) -> None:
     for app in cfg.applications:
         try:
             model_infos(app.args)
-            import_builder(app.import_path)
+            import_object(app.import_path)
         except (ArtifactError, ImportError, ValueError) as err:
             raise AppCheckError(f"application {app.name!r}: {err}") from None
-
-
-def import_builder(import_path: str):
-    """The app builder (or bound app) that ``import_path`` names, ``module:attribute`` or
-    ``module.attribute``, imported with importlib as ``serve run`` does.
-
-    Raises:
-        ImportError: the module or the attribute does not exist.
-    """
-    module_name, sep, attribute = import_path.partition(":")
-    if not sep:
-        module_name, _, attribute = import_path.rpartition(".")
-    module = importlib.import_module(module_name)
-    try:
-        return getattr(module, attribute)
-    except AttributeError:
-        raise ImportError(f"import_path {import_path!r}: module {module_name!r} has no {attribute!r}") from None
 
 
 def deploy(cfg: ServeConfig, ready_within_s: float = 300) -> str:

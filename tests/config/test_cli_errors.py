@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from conftest import REPO
+from scaleforge.config.cli import import_object, resolve
 
 CASES = {
     "optim.batch_size=0": "optim.batch_size: Input should be greater than 0",
@@ -70,3 +71,15 @@ def test_preflight_failures_are_one_line_naming_file_and_field(job, config, over
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert err == f"error: {config} (with --set {override}): {PREFLIGHT_CASES[job, config, override]}\n"
+
+
+@pytest.mark.parametrize("path, named", [
+    ("scaleforge.config.cli:no_such_name", "module 'scaleforge.config.cli' has no 'no_such_name'"),
+    ("scaleforge.config.cli.no_such_name", "module 'scaleforge.config.cli' has no 'no_such_name'"),
+    ("no_such_module:run", "No module named 'no_such_module'"),
+])
+def test_a_job_or_app_path_that_does_not_import_names_what_is_missing(path, named):
+    assert resolve("scaleforge.config.cli:import_object") is import_object
+    assert import_object("scaleforge.config.cli.resolve") is resolve
+    with pytest.raises(ImportError, match=named):
+        import_object(path)

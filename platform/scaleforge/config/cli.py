@@ -17,12 +17,26 @@ this way so that a config that fails validation is reported in a fraction of a s
 and Ray are imported."""
 
 
+def import_object(path: str):
+    """The object that ``path`` names, ``module:attribute`` or ``module.attribute``, imported as
+    ``serve run`` imports an app.
+
+    Raises:
+        ImportError: the module or the attribute does not exist (naming which).
+    """
+    module_name, sep, attribute = path.partition(":")
+    if not sep:
+        module_name, _, attribute = path.rpartition(".")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ImportError(f"{path!r}: module {module_name!r} has no {attribute!r}") from None
+
+
 def resolve(target: Lazy) -> Callable:
     """``target`` itself, or the function that its ``"module:function"`` names."""
-    if callable(target):
-        return target
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return target if callable(target) else import_object(target)
 
 
 def parse_job_config(schema: type[M], argv: Optional[Sequence[str]], prog: str,
