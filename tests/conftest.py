@@ -9,7 +9,7 @@ from scaleforge.runtime import FAST_POLLING
 
 REPO = Path(__file__).resolve().parents[1]
 # Every Ray this session starts, its own and those of the subprocesses it runs (jobs, drills, heads).
-for _name, _value in FAST_POLLING.items():
+for _name, _value in {**FAST_POLLING, "SCALEFORGE_RAY_DASHBOARD": "0"}.items():  # no test opens a dashboard
     os.environ.setdefault(_name, _value)
 
 

@@ -22,7 +22,7 @@ from scaleforge.artifacts.servable import servable_shapes
 from scaleforge.config.cli import import_object
 from scaleforge.config.loader import ConfigError
 from scaleforge.config.serve import ServeArgs, ServeConfig
-from scaleforge.runtime import ensure_ray
+from scaleforge.runtime import ensure_ray, quiet_ray_loggers
 
 
 class AppCheckError(ConfigError):
@@ -95,6 +95,7 @@ def deploy(cfg: ServeConfig, ready_within_s: float = 300) -> str:
     check_applications(cfg)
     asked = sum(app.args.cpus_asked for app in cfg.applications)
     ensure_ray(min_cpus=max(4, math.ceil(asked)))
+    quiet_ray_loggers()  # importing ray.serve set its logger to INFO ("Started Serve ..." on the console)
     free = ray.available_resources().get("CPU", 0.0)
     if asked > free + 1e-9:
         raise AppCheckError(f"the applications ask for {asked:g} CPUs (replicas x num_cpus of every model and "

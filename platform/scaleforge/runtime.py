@@ -4,7 +4,9 @@ A job's console carries the job's own progress; Ray's internals (worker and acto
 execution lines, Serve's controller logs, deprecation notices) stay in Ray's log folder
 (``/tmp/ray/session_latest/logs``). Workers send the lines a user should see through
 :class:`~scaleforge.progress.ProgressChannel`. Set ``SCALEFORGE_WORKER_LOGS=1`` to stream every
-worker's output to the driver again while debugging.
+worker's output to the driver again while debugging. An embedded Ray starts its dashboard
+(http://127.0.0.1:8265) unless ``SCALEFORGE_RAY_DASHBOARD=0``, which saves a few seconds per start
+(the test suite sets it).
 """
 
 import logging
@@ -56,5 +58,6 @@ def ensure_ray(min_cpus: float) -> None:
         os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(int(cpus)))
         # address="local": always a fresh embedded instance, never a stale or foreign local cluster
         # that ray.init() would otherwise try to join (set RAY_ADDRESS=auto to use one on purpose).
-        ray.init(address="local", num_cpus=cpus, **quiet)
+        dashboard = os.environ.get("SCALEFORGE_RAY_DASHBOARD", "1") not in ("", "0")
+        ray.init(address="local", num_cpus=cpus, include_dashboard=dashboard, dashboard_host="127.0.0.1", **quiet)
     quiet_ray_loggers()

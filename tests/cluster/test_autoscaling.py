@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -16,13 +17,6 @@ from conftest import REPO
 from scaleforge.cluster import LocalHead, load_cluster_config, simulated_config
 
 IDLE_TIMEOUT_MINUTES = 0.1  # 6 s: the test config shortens cluster.yaml's 5 minutes
-
-NODES = """
-import json, ray
-ray.init(logging_level="ERROR")
-print("RESULT", json.dumps([{"alive": n["Alive"], "type": n["Labels"].get("ray.io/node-type-name") or "",
-                   "resources": n["Resources"]} for n in ray.nodes()]))
-"""
 
 GPU_TASK = """
 import json, os, ray
@@ -53,8 +47,20 @@ def _driver(head, code, timeout=300):
     return json.loads(result.removeprefix("RESULT "))
 
 
-def _alive_gpu_nodes(head):
-    return [n for n in _driver(head, NODES) if n["alive"] and n["resources"].get("GPU")]
+def _nodes(head, within_s: float = 60) -> list[dict]:
+    """Every node the head has seen, alive or dead, from Ray's state API on its dashboard (an HTTP
+    call: no driver process to start)."""
+    request = urllib.request.Request(f"{head.dashboard_url}/api/v0/nodes?limit=1000&detail=true",
+                                     headers={"Authorization": f"Bearer {head.token}"})
+    deadline = time.time() + within_s
+    while not (nodes := json.load(urllib.request.urlopen(request, timeout=30))["data"]["result"]["result"]):
+        assert time.time() < deadline, "the head's state API listed no node, not even the head"
+        time.sleep(1)  # the head registers a moment after its dashboard answers
+    return nodes
+
+
+def _alive_gpu_nodes(head) -> list[dict]:
+    return [n for n in _nodes(head) if n["state"] == "ALIVE" and n["resources_total"].get("GPU")]
 
 
 @pytest.mark.slow
@@ -73,12 +79,12 @@ def test_training_that_needs_more_nodes_than_the_head_gets_them_and_completes(cl
     # Two workers of 12 CPUs each: the 1-CPU head holds neither, one 16-CPU node holds one.
     out = subprocess.run(
         [sys.executable, "-m", "jobs.train", "--config", "configs/train_dp.yaml",
-         "--set", "data.num_samples=3000", "--set", "optim.epochs=2", "--set", "scaling.num_workers=2",
+         "--set", "data.num_samples=3000", "--set", "optim.epochs=1", "--set", "scaling.num_workers=2",
          "--set", "scaling.resources_per_worker={CPU: 12}", "--set", f"run.storage_path={tmp_path / 'runs'}",
          "--set", f"artifact.dir={tmp_path / 'artifact'}"],
         env=cloud.env(), cwd=REPO, capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert (tmp_path / "artifact" / "manifest.json").is_file()
-    launched = [n for n in _driver(cloud, NODES) if n["resources"].get("CPU") == 16]
+    launched = [n for n in _nodes(cloud) if n["resources_total"].get("CPU") == 16]
     assert len(launched) >= 2, launched

@@ -2,6 +2,7 @@
 keeps what came before and ``--from`` resumes there."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -29,9 +30,14 @@ RAY_INTERNALS = (
 """What Ray and our own defaults used to print on a newcomer's console: it stays in Ray's log folder."""
 
 
+RAY_LOG_RECORD = re.compile(r"^(DEBUG|INFO|WARNING|ERROR) \d{4}-\d\d-\d\d ")
+"""A record from Ray's own loggers ("INFO 2026-12-01 02:47:41,404 serve 6049 -- Started Serve ...")."""
+
+
 def _assert_console_is_ours(run) -> None:
     console = run.stdout + run.stderr
-    leaked = [line for line in console.splitlines() if any(mark in line for mark in RAY_INTERNALS)]
+    leaked = [line for line in console.splitlines()
+              if any(mark in line for mark in RAY_INTERNALS) or RAY_LOG_RECORD.match(line)]
     assert leaked == [], "\n".join(leaked[:20])
 
 
