@@ -1,11 +1,18 @@
 """The main job end to end with a tiny config: every stage, real Serve, real HTTP; a failed stage
-keeps what came before and ``--from`` resumes there."""
+keeps what came before and ``--from`` resumes there; ``jobs.serve`` of the serve config it wrote is
+ready within 2 minutes."""
 
 import json
+import os
 import re
+import select
+import signal
+import socket
 import subprocess
 import sys
+import time
 
+import httpx
 import pytest
 
 from conftest import REPO
@@ -84,3 +91,36 @@ def test_pipeline_runs_every_stage_and_resumes_after_a_failure(tmp_path):
     for name in ("report.md", "training_curves.png", "sync_vs_async.png", "compression_accuracy_vs_size.png",
                  "cascade_accuracy_vs_cost.png"):
         assert (report / name).stat().st_size > 0, name
+    _serve_job_is_ready_within_two_minutes(tmp_path / "serve.yaml")
+
+
+def _serve_job_is_ready_within_two_minutes(config) -> None:
+    """``python -m jobs.serve`` of the config the pipeline wrote, on an embedded Ray of its own: every
+    app running and answering within 2 minutes (its deployments ask for more CPUs than this machine
+    has cores; the embedded cluster is sized to what they ask)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    began = time.monotonic()
+    job = subprocess.Popen([sys.executable, "-m", "jobs.serve", "--config", str(config),
+                            "--set", f"http_options.port={port}"], cwd=REPO, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, env={**os.environ, "RAY_ADDRESS": ""})
+    try:
+        lines = []
+        while not any(line.startswith("serving ") for line in lines):
+            left = 120 - (time.monotonic() - began)
+            assert left > 0 and job.poll() is None, "jobs.serve not serving within 120 s:\n" + "".join(lines)
+            if select.select([job.stdout], [], [], left)[0]:
+                lines.append(job.stdout.readline())
+        ready = time.monotonic() - began
+        body = {"inputs": [{"name": "input", "shape": [2, 40], "datatype": "FP32", "data": [0.1] * 80}]}
+        for model in ("teacher", "cascade", "moe"):
+            answer = httpx.post(f"http://127.0.0.1:{port}/v2/models/{model}/infer", json=body, timeout=60)
+            assert answer.status_code == 200, (model, answer.text)
+        print(f"jobs.serve ready after {ready:.0f} s")
+    finally:
+        job.send_signal(signal.SIGINT)
+        try:
+            job.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            job.kill()
