@@ -6,6 +6,9 @@ Row = tuple[str, str, str, bool]
 
 def print_bars(rows: list[Row], first_column: str = "config") -> int:
     """Print ``rows`` as aligned columns and a last line naming any missed bar; 1 if one was missed, else 0."""
+    if not rows:
+        print("no bar in what ran")
+        return 0
     widths = [max(len(header), *(len(row[i]) for row in rows)) for i, header in
               enumerate((first_column, "measured", "bar"))]
     print(f"{first_column:{widths[0]}s} {'measured':{widths[1]}s} {'bar':{widths[2]}s} met")

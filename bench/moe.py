@@ -7,6 +7,10 @@
 2. An MoE classifier (8 experts, top-2) against a dense model with the same active parameters
    (same stem, one expert twice as wide), trained the same way on MNIST-1D over three seeds:
    test accuracy and step time.
+
+Ends with each target beside its measurement (met / missed); exit status 1 if one was missed:
+sparse / dense forward time < 0.5; MoE / dense step time <= 1.5; MoE at least as accurate as the
+dense model with the same active parameters (mean test accuracy over the seeds, MoE - dense >= 0).
 """
 
 import sys
@@ -19,6 +23,7 @@ import torch.nn.functional as F
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "platform")]
 
+from bars import print_bars  # noqa: E402
 from scaleforge.data import load_mnist1d  # noqa: E402
 from scaleforge.models import MoESpec, build_model, count_parameters  # noqa: E402
 from scaleforge.models.moe import MoELayer, dense_forward, expert_load, moe_layers  # noqa: E402
@@ -73,7 +78,7 @@ def train(spec: MoESpec, data, seed: int, epochs: int = 25, batch: int = 512, lr
             "params": count_parameters(model), "active": active, "cv": expert_load(model)["load_cv"]}
 
 
-def main() -> None:
+def main() -> int:
     torch.set_num_threads(1)
     sparse, dense = compute_follows_k()
     print("1. One MoE layer, 16 experts (d=256, hidden=1024), 2048 tokens, forward")
@@ -101,7 +106,16 @@ def main() -> None:
     (moe_acc, moe_step), (dense_acc, dense_step) = summary.values()
     print(f"   MoE - dense accuracy: {100 * (moe_acc - dense_acc):+.2f} points (mean of {len(seeds)} seeds); "
           f"step-time ratio {moe_step / dense_step:.2f} (target <= 1.5)")
+    print()
+    return print_bars([
+        ("1. forward, top-1 sparse / all 16 experts dense", f"{sparse * 1e3:.1f} / {dense * 1e3:.1f} ms = "
+         f"{sparse / dense:.2f}", "< 0.5", sparse / dense < 0.5),
+        ("2. step time, MoE / dense (same active params)", f"{moe_step:.2f} / {dense_step:.2f} ms = "
+         f"{moe_step / dense_step:.2f}", "<= 1.5", moe_step / dense_step <= 1.5),
+        (f"2. test accuracy, MoE - dense (mean of {len(seeds)} seeds)", f"{moe_acc:.4f} - {dense_acc:.4f} = "
+         f"{100 * (moe_acc - dense_acc):+.2f} points", ">= 0 points", moe_acc >= dense_acc),
+    ], "MoE")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,114 +1,275 @@
-"""Parameter server: ours against the one Ray's documentation builds, side by side in one run.
+"""Parameter server: ours against the one Ray's documentation builds, the same work on each side.
 
-    .venv/bin/python bench/paramserver.py        (about 3 minutes on 2 cores)
+    .venv/bin/python bench/paramserver.py        (about 5 minutes on 2 idle cores, longer on busy ones)
+    .venv/bin/python bench/paramserver.py --parts a --seconds 3      (part a alone, shorter)
 
-a. Push throughput: 2 workers push a precomputed gradient (a fresh array each push, as a real
-   worker makes a new gradient every step) for a fixed time; applied updates/s at 1M and 10M
-   parameters. Baseline, as in Ray's parameter-server example: one ParameterServer actor;
-   workers send lists of per-layer numpy gradients; the server sums them with ``np.stack``,
-   steps a torch optimiser and returns the full weights on every call. Ours: the flat
-   gradient split over 2 ``ParameterShard`` actors, each applying its slice in place and
-   returning only its version; a worker writes each fresh gradient into its shared-memory
-   buffer (``Outbox``) and a shard on its node reads its slice there, where the baseline's
-   fresh arrays go through the object store. Gradient bytes/s is set against this machine's
-   memcpy bandwidth.
-b. Time to 0.90 test accuracy on MNIST-1D for sync, async and ssp with one of 3 workers
-   4x slower than the others, from the moment every worker is up; each run stops at the target.
-c. (``--parts c``, about 4 minutes) part b at three learning rates, and each mode at its best.
+The baseline is the parameter server of Ray's documentation ("Parameter Server", Ray Core
+examples): one ``ParameterServer`` actor whose ``apply_gradients(*gradients)`` sums the per-layer
+numpy gradients (``np.stack(...).sum(axis=0)``), steps a torch optimiser and returns the weights
+(``{k: v.cpu() for k, v in state_dict().items()}``), and ``DataWorker`` actors whose
+``compute_gradients(weights)`` loads those weights, computes a gradient and returns it as a list of
+per-layer numpy arrays. Its asynchronous driver keeps one ``compute_gradients`` outstanding per
+worker, takes the first ready with ``ray.wait``, submits ``ps.apply_gradients.remote(ready)`` and
+hands that call's result (the fresh weights) to the same worker's next ``compute_gradients``.
+
+a. Push and pull throughput. Per step each side moves one fresh gradient in and the fresh
+   parameters out, and the worker loads them into its model:
+   - ours: 2 real ``AsyncWorker`` actors run their own ``run`` loop one step at a time (pull every
+     shard, load the slices into the model, write the gradient into the shared ``Outbox`` buffer,
+     push to every shard); the parameters are split over 2 ``ParameterShard`` actors as
+     ``run_async_sgd`` splits them. Only the forward and backward pass are skipped: the worker's
+     gradient function is replaced, in its own process, by the last half of the real one (the
+     per-layer ``.grad`` tensors, set once, concatenated into the shared buffer, a fresh write
+     every step).
+   - the documentation's: the same model and the same 2 workers, whose ``compute_gradients`` loads
+     the weights and returns the per-layer ``.grad`` arrays (also set once; Ray writes them into a
+     fresh object every step), under the documentation's asynchronous driver loop.
+   - for reference only (column docs-np, no bar): the documentation's server with one change, the
+     weights returned as numpy arrays, which Ray passes without pickling their bytes as it does a
+     torch tensor's.
+   Same model (an MLP of 4 equal Linear layers), same plain SGD, same 2 workers with 1 CPU each,
+   same Ray instance, same seconds after the same 1.5 s warm-up. Updates/s on each side; bytes
+   moved = updates/s x parameters x 4 bytes x 2 (gradient in, parameters out), set against this
+   machine's memcpy bandwidth (best of 5 copies of 256 MB).
+b. Full loop: time to 0.90 test accuracy on MNIST-1D, ``configs/async_sgd.yaml`` (cnn1d, Adam
+   lr 0.004, batch 64, 2 workers, 8 epochs at most). Ours: ``run_async_sgd`` in mode async. The
+   documentation's: its driver loop with the same model and initial weights (same seed), the
+   same optimiser on the server, each worker on the same data shard in the same batch order
+   (``worker_shards``, ``batches``), 1 torch thread and 1 CPU per worker, the same cap on updates.
+   The clock starts once every actor is up. Evaluation is charged alike: on both sides the driver
+   measures test accuracy on the full test set with 1 torch thread, 0.5 s after the end of its
+   previous measurement, while the workers go on training (ours in ``run_async_sgd``'s own loop;
+   the documentation's in a driver thread beside its loop, so that evaluating never holds up an
+   update). Each run stops at the first measurement >= 0.90. Each side runs ``--repeats`` times
+   (default 3), alternating; the median counts.
+c. Time to 0.90 for sync, async and ssp with 3 workers, the last one 4x slower, from the moment
+   every worker is up; each run stops at the target.
+d. (``--parts d``, about 4 minutes, not in the default run) part c at three learning rates, and
+   each mode at its best.
+
+Targets: a. at 10M parameters, ours / the documentation's >= 2.5x, and ours' bytes moved >= 25% of
+memcpy bandwidth; b. ours / the documentation's <= 0.7; c. async / sync <= 0.6 (ssp / sync is printed, without a bar).
+Ends with each target beside its measurement (met / missed); exit status 1 if one was missed.
 """
 
 import argparse
 import contextlib
+import math
+import os
+import statistics
 import sys
+import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 import numpy as np
 import ray
 import torch
+import torch.nn.functional as F
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "platform"), str(Path(__file__).resolve().parents[1])]
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
+
+from bars import print_bars  # noqa: E402
 
 from scaleforge.config import AsyncSGDConfig, load_config  # noqa: E402
-from scaleforge.paramserver import run_async_sgd  # noqa: E402
+from scaleforge.config.models import MLPSpec  # noqa: E402
+from scaleforge.data import load_arrays  # noqa: E402
+from scaleforge.models import MODEL_SPEC, build_model  # noqa: E402
+from scaleforge.paramserver import run_async_sgd, worker_shards  # noqa: E402
 from scaleforge.paramserver.layout import ParamLayout  # noqa: E402
-from scaleforge.paramserver.outbox import Outbox  # noqa: E402
 from scaleforge.paramserver.preflight import check_runnable  # noqa: E402
+from scaleforge.paramserver.run import test_accuracy  # noqa: E402
 from scaleforge.paramserver.shard import ParameterShard  # noqa: E402
+from scaleforge.paramserver.worker import AsyncWorker, batches  # noqa: E402
 
-PUSH_SECONDS = 6.0
 WARMUP_SECONDS = 1.5
+TARGET = 0.90
+EVAL_EVERY_S = 0.5
 
 
-def layer_model(total: int) -> torch.nn.Module:
-    """Four equal Linear layers with about ``total`` parameters."""
-    width = int((total / 4) ** 0.5)
-    return torch.nn.Sequential(*(torch.nn.Linear(width, width) for _ in range(4)))
+# --- The documentation's parameter server -----------------------------------------------------
+# Its model helpers (the documentation's ConvNet methods), over any torch module.
+
+def get_weights(model: torch.nn.Module, as_numpy: bool = False) -> dict:
+    """The documentation's ``{k: v.cpu() ...}``; ``as_numpy``: numpy arrays instead of tensors, which
+    Ray's object store passes without pickling their bytes (a faster variant, part a only)."""
+    return {k: v.cpu().numpy() if as_numpy else v.cpu() for k, v in model.state_dict().items()}
+
+
+def set_weights(model: torch.nn.Module, weights: dict) -> None:
+    with warnings.catch_warnings():  # numpy weights from the object store are read-only; they are only read
+        warnings.simplefilter("ignore", UserWarning)
+        model.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
+
+
+def get_gradients(model: torch.nn.Module) -> list:
+    return [None if p.grad is None else p.grad.data.cpu().numpy() for p in model.parameters()]
+
+
+def set_gradients(model: torch.nn.Module, gradients: list) -> None:
+    for g, p in zip(gradients, model.parameters()):
+        if g is not None:
+            p.grad = torch.from_numpy(g)
+
+
+def make_optimizer(params, optimizer: str, lr: float, momentum: float = 0.0):
+    """The optimiser ``ParameterShard`` builds for its slice, here for the whole model."""
+    if optimizer == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    return torch.optim.SGD(params, lr=lr, momentum=momentum)
 
 
 @ray.remote
 class ParameterServer:
-    """The baseline, written the way Ray's documentation example writes it."""
+    """Ray's documentation parameter server (model, optimiser and seed as our side's)."""
 
-    def __init__(self, shapes):
-        self.params = [torch.nn.Parameter(torch.zeros(shape)) for shape in shapes]
-        self.optimizer = torch.optim.SGD(self.params, lr=0.01)
+    def __init__(self, model: dict, input_dim: int, num_classes: int, seed: int, optimizer: str, lr: float,
+                 momentum: float = 0.0, numpy_weights: bool = False):
+        torch.set_num_threads(1)
+        self.numpy_weights = numpy_weights
+        torch.manual_seed(seed)
+        self.model = build_model(MODEL_SPEC.validate_python(model), input_dim, num_classes)
+        self.optimizer = make_optimizer(self.model.parameters(), optimizer, lr, momentum)
 
     def apply_gradients(self, *gradients):
-        summed = [np.stack(layer).sum(axis=0) for layer in zip(*gradients)]
+        summed_gradients = [np.stack(gradient_zip).sum(axis=0) for gradient_zip in zip(*gradients)]
         self.optimizer.zero_grad()
-        for param, grad in zip(self.params, summed):
-            param.grad = torch.from_numpy(grad)
+        set_gradients(self.model, summed_gradients)
         self.optimizer.step()
-        return [p.detach().numpy() for p in self.params]
+        return get_weights(self.model, self.numpy_weights)
+
+    def get_weights(self):
+        return get_weights(self.model, self.numpy_weights)
 
 
 @ray.remote
-class BaselineWorker:
-    def __init__(self, shapes):
-        self.grads = [np.random.default_rng(0).standard_normal(shape).astype(np.float32) for shape in shapes]
+class DataWorker:
+    """Ray's documentation worker, on its shard of the data in the order ``AsyncWorker`` draws it.
 
-    def push_for(self, server, seconds: float) -> int:
-        def push():
-            fresh = [g.copy() for g in self.grads]
-            ray.get(server.apply_gradients.remote(fresh))
+    ``precomputed``: skip the forward and backward pass and return ``.grad`` tensors set once (part a).
+    """
 
-        return timed_pushes(push, seconds)
+    def __init__(self, index: int, model: dict, input_dim: int, num_classes: int, x: np.ndarray, y: np.ndarray,
+                 batch_size: int, seed: int, precomputed: bool = False):
+        torch.set_num_threads(1)
+        self.model = build_model(MODEL_SPEC.validate_python(model), input_dim, num_classes)
+        self.batches = batches(x, y, batch_size, seed)
+        self.precomputed = precomputed
+        if precomputed:
+            set_random_grads(self.model, index)
 
+    def ready(self) -> bool:
+        return True
 
-@ray.remote
-class ShardWorker:
-    """Pushes the way ``AsyncWorker`` does: through its ``Outbox``."""
-
-    def __init__(self, index: int, total: int, shards, ranges, run_token: str):
-        self.grad = np.random.default_rng(0).standard_normal(total).astype(np.float32)
-        self.outbox = Outbox(index, shards, ranges, run_token)
-
-    def push_for(self, seconds: float) -> int:
-        def push():
-            # A fresh gradient every push, written where the worker's backward pass writes it (its
-            # shared buffer): the one copy that producing a gradient costs, as in the baseline.
-            np.copyto(self.outbox.buffer, self.grad)
-            self.outbox.push([(0, 0)] * len(self.outbox.shards), 0)
-
-        return timed_pushes(push, seconds)
-
-    def close(self) -> None:
-        self.outbox.close()
+    def compute_gradients(self, weights):
+        set_weights(self.model, weights)
+        if not self.precomputed:
+            data, target = next(self.batches)
+            self.model.zero_grad()
+            loss = F.cross_entropy(self.model(data), target)
+            loss.backward()
+        return get_gradients(self.model)
 
 
-def timed_pushes(push, seconds: float) -> int:
-    """Pushes completed in ``seconds``, after a warm-up that is not counted (the object store
-    faults in its shared-memory pages on first use, which would otherwise dominate a short run)."""
-    warm_until = time.perf_counter() + WARMUP_SECONDS
-    while time.perf_counter() < warm_until:
-        push()
-    pushes, end = 0, time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        push()
-        pushes += 1
-    return pushes
+def set_random_grads(model: torch.nn.Module, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for p in model.parameters():
+        p.grad = torch.from_numpy(rng.standard_normal(tuple(p.shape), dtype=np.float32))
+
+
+# --- a. Push and pull throughput -------------------------------------------------------------------
+
+def mlp(total: int) -> tuple[dict, int]:
+    """An MLP spec of 4 equal Linear layers (width in, width out) with about ``total`` parameters."""
+    width = int((total / 4) ** 0.5)
+    return MLPSpec(hidden=[width] * 3).model_dump(mode="json"), width
+
+
+def docs_throughput(model: dict, width: int, seconds: float, numpy_weights: bool = False) -> float:
+    """Updates/s of the documentation's asynchronous driver loop, 2 workers."""
+    ps = ParameterServer.options(num_cpus=0.01).remote(model, width, width, 0, "sgd", 0.01,
+                                                       numpy_weights=numpy_weights)
+    x, y = np.zeros((64, width), np.float32), np.zeros(64, np.int64)
+    workers = [DataWorker.options(num_cpus=1).remote(i, model, width, width, x, y, 64, i, precomputed=True)
+               for i in range(2)]
+    try:
+        ray.get([w.ready.remote() for w in workers])
+        current_weights = ps.get_weights.remote()
+        ray.get(current_weights)
+        gradients = {w.compute_gradients.remote(current_weights): w for w in workers}
+
+        def loop(until: float) -> int:
+            nonlocal current_weights
+            updates = 0
+            while time.perf_counter() < until:
+                ready, _ = ray.wait(list(gradients))
+                worker = gradients.pop(ready[0])
+                current_weights = ps.apply_gradients.remote(*[ready[0]])
+                gradients[worker.compute_gradients.remote(current_weights)] = worker
+                updates += 1
+            return updates
+
+        loop(time.perf_counter() + WARMUP_SECONDS)
+        start = time.perf_counter()
+        updates = loop(start + seconds)
+        ray.get(current_weights)  # the last update counted has been applied
+        return updates / (time.perf_counter() - start)
+    finally:
+        for actor in [ps, *workers]:
+            ray.kill(actor)
+
+
+def _timed_run(worker, seconds: float, warmup: float) -> tuple[int, float]:
+    """Runs inside an ``AsyncWorker`` (``__ray_call__``): its own ``run`` one step at a time, with
+    the forward and backward pass replaced by the precomputed ``.grad`` tensors. Returns (steps, s)."""
+    set_random_grads(worker.model, worker.index)
+
+    calls = []
+
+    def precomputed_gradient(model, layout, x, y, out=None):
+        calls.append(1)
+        return layout.flatten(model, grads=True, out=out), 0.0  # the real gradient() after backward()
+
+    # Ray ships the actor class by value: its ``run`` looks ``gradient`` up in globals of its own.
+    run_globals = type(worker).__ray_actor_class__.run.__globals__
+    assert "gradient" in run_globals, "AsyncWorker.run no longer calls gradient(): update this benchmark"
+    run_globals["gradient"] = precomputed_gradient
+    clock, until = 0, time.perf_counter() + warmup
+    while time.perf_counter() < until:
+        worker.run(1, first_clock=clock)
+        clock += 1
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        worker.run(1, first_clock=clock)
+        clock += 1
+        steps += 1
+    elapsed = time.perf_counter() - start
+    assert len(calls) == clock, "AsyncWorker.run did not call the replaced gradient"
+    return steps, elapsed
+
+
+def our_throughput(model: dict, width: int, seconds: float) -> float:
+    """Updates/s of 2 ``AsyncWorker`` actors (pull, load, write gradient, push) on 2 shards."""
+    torch.manual_seed(0)
+    layout = ParamLayout.of(build_model(MODEL_SPEC.validate_python(model), width, width))
+    ranges = layout.shard_ranges(2)
+    shards = [ParameterShard.options(num_cpus=0.01, max_concurrency=64).remote(
+        i, np.zeros(b - a, np.float32), optimizer="sgd", lr=0.01, momentum=0.0, mode="async", num_workers=2,
+        staleness_bound=0, staleness_aware_lr=False) for i, (a, b) in enumerate(ranges)]
+    x, y, token = np.zeros((64, width), np.float32), np.zeros(64, np.int64), uuid.uuid4().hex[:12]
+    workers = [AsyncWorker.options(num_cpus=1).remote(i, model, width, width, x, y, 64, i, shards, ranges,
+                                                      run_token=token) for i in range(2)]
+    try:
+        ray.get([w.ready.remote() for w in workers])
+        runs = ray.get([w.__ray_call__.remote(_timed_run, seconds, WARMUP_SECONDS) for w in workers])
+        return sum(steps / elapsed for steps, elapsed in runs)
+    finally:
+        ray.get([w.close.remote() for w in workers])
+        for actor in [*shards, *workers]:
+            ray.kill(actor)
 
 
 def memcpy_gbps() -> float:
@@ -123,53 +284,131 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def push_throughput(total: int) -> tuple[float, float, int]:
-    model = layer_model(total)
-    shapes = [tuple(p.shape) for p in model.parameters()]
-    params = sum(int(np.prod(s)) for s in shapes)
+def push_pull_table(seconds: float, sizes: tuple[int, ...]) -> dict[int, dict]:
+    bandwidth = memcpy_gbps()
+    print(f"a. Push + pull throughput, 2 workers, {seconds:g} s each side; memcpy bandwidth here {bandwidth:.1f} GB/s."
+          "\n   docs: the documentation's server as written (weights returned as torch tensors); docs-np: the same"
+          "\n   with the weights returned as numpy arrays (a faster variant, for reference). GB/s = updates/s x"
+          "\n   parameters x 4 bytes x 2 (gradient in, parameters out)")
+    print(f"   {'params':>10s} {'docs upd/s':>11s} {'docs-np':>8s} {'ours upd/s':>11s} {'ratio':>6s} {'vs np':>6s} "
+          f"{'docs GB/s':>10s} {'ours GB/s':>10s} {'of memcpy':>10s}")
+    results = {}
+    for total in sizes:
+        model, width = mlp(total)
+        params = 4 * (width * width + width)
+        docs = docs_throughput(model, width, seconds)
+        docs_np = docs_throughput(model, width, seconds, numpy_weights=True)
+        ours = our_throughput(model, width, seconds)
+        moved = {side: rate * params * 4 * 2 / 1e9 for side, rate in (("docs", docs), ("ours", ours))}
+        results[total] = {"params": params, "docs": docs, "docs_np": docs_np, "ours": ours,
+                          "ours_gbps": moved["ours"], "share": moved["ours"] / bandwidth, "bandwidth": bandwidth}
+        print(f"   {params:10,d} {docs:11.1f} {docs_np:8.1f} {ours:11.1f} {ours / docs:5.2f}x {ours / docs_np:5.2f}x "
+              f"{moved['docs']:10.2f} {moved['ours']:10.2f} {moved['ours'] / bandwidth:9.0%}", flush=True)
+    return results
 
-    server = ParameterServer.remote(shapes)
-    workers = [BaselineWorker.remote(shapes) for _ in range(2)]
-    baseline = sum(ray.get([w.push_for.remote(server, PUSH_SECONDS) for w in workers])) / PUSH_SECONDS
-    for actor in [server, *workers]:
-        ray.kill(actor)
 
-    ranges = ParamLayout(("flat",), ((params,),)).shard_ranges(2)
-    shards = [ParameterShard.options(max_concurrency=64).remote(
-        i, np.zeros(b - a, np.float32), optimizer="sgd", lr=0.01, momentum=0.0, mode="async", num_workers=2,
-        staleness_bound=0, staleness_aware_lr=False) for i, (a, b) in enumerate(ranges)]
-    workers = [ShardWorker.remote(i, params, shards, ranges, uuid.uuid4().hex[:12]) for i in range(2)]
-    ours = sum(ray.get([w.push_for.remote(PUSH_SECONDS) for w in workers])) / PUSH_SECONDS
-    ray.get([w.close.remote() for w in workers])
-    for actor in [*shards, *workers]:
-        ray.kill(actor)
-    return baseline, ours, params
+# --- b. Full loop: time to 0.90, ours against the documentation's driver loop -----------------------
+
+def ps_config(*overrides: str) -> AsyncSGDConfig:
+    common = ["workers.epochs=8", f"run.stop_at_accuracy={TARGET}", f"run.eval_every_s={EVAL_EVERY_S}",
+              "run.output_dir=/tmp/scaleforge-bench-ps", "artifact.dir=/tmp/scaleforge-bench-ps/model"]
+    return load_config(AsyncSGDConfig, ROOT / "configs/async_sgd.yaml", [*common, *overrides], preflight=check_runnable)
 
 
-def time_to_accuracy(target: float = 0.90, overrides: tuple[str, ...] = (), quiet: bool = False) -> dict[str, float]:
-    root = Path(__file__).resolve().parents[1]
+def reached(curve: list[dict]) -> tuple[float, int]:
+    """(seconds, updates) at the first measurement >= the target; nan if none."""
+    hits = [p for p in curve if p["test_accuracy"] >= TARGET]
+    return (hits[0]["seconds"], hits[0]["updates"]) if hits else (float("nan"), 0)
+
+
+def ours_full_loop(cfg: AsyncSGDConfig) -> tuple[float, int]:
+    with contextlib.redirect_stdout(sys.stderr):  # the run's progress lines: on screen, not in the table
+        result = run_async_sgd(cfg)
+    return reached(result.curve)
+
+
+def docs_full_loop(cfg: AsyncSGDConfig) -> tuple[float, int]:
+    """The documentation's asynchronous loop on ``cfg``'s model, data, optimiser and workers."""
+    server, workers_cfg = cfg.server, cfg.workers
+    data = load_arrays(cfg.data)
+    info, spec = data.info, cfg.model.model_dump(mode="json")
+    splits = worker_shards(len(data.y), workers_cfg.num_workers, workers_cfg.seed)
+    steps = math.ceil(workers_cfg.epochs * min(len(s) for s in splits) / workers_cfg.batch_size)
+    ps = ParameterServer.options(num_cpus=0.01).remote(spec, info.input_dim, info.num_classes, workers_cfg.seed,
+                                                       server.optimizer, server.lr, server.momentum)
+    workers = [DataWorker.options(num_cpus=1).remote(i, spec, info.input_dim, info.num_classes, data.x[rows],
+                                                     data.y[rows], workers_cfg.batch_size, workers_cfg.seed + i)
+               for i, rows in enumerate(splits)]
+    model = build_model(cfg.model, info.input_dim, info.num_classes)
+    curve, updates, done = [], 0, threading.Event()
+    try:
+        ray.get([w.ready.remote() for w in workers] + [ps.get_weights.remote()])
+        started = time.perf_counter()
+
+        def evaluate() -> None:  # as run_async_sgd's loop: wait 0.5 s, measure, repeat
+            while not done.wait(EVAL_EVERY_S):
+                seconds, at = time.perf_counter() - started, updates
+                set_weights(model, ray.get(ps.get_weights.remote()))
+                curve.append({"seconds": seconds, "updates": at, "test_accuracy": test_accuracy(model, data)})
+                print(f"[docs] {seconds:6.1f}s  updates {at:6d}  test_acc {curve[-1]['test_accuracy']:.4f}",
+                      file=sys.stderr, flush=True)
+                if curve[-1]["test_accuracy"] >= TARGET:
+                    done.set()
+
+        evaluator = threading.Thread(target=evaluate, daemon=True)
+        evaluator.start()
+        current_weights = ps.get_weights.remote()
+        gradients = {w.compute_gradients.remote(current_weights): w for w in workers}
+        while not done.is_set() and updates < steps * len(workers):
+            ready_gradient_list, _ = ray.wait(list(gradients))
+            ready_gradient_id = ready_gradient_list[0]
+            worker = gradients.pop(ready_gradient_id)
+            current_weights = ps.apply_gradients.remote(*[ready_gradient_id])
+            gradients[worker.compute_gradients.remote(current_weights)] = worker
+            updates += 1
+        done.set()
+        evaluator.join()
+    finally:
+        for actor in [ps, *workers]:
+            ray.kill(actor)
+    return reached(curve)
+
+
+def full_loop(repeats: int) -> dict:
+    cfg = ps_config("server.mode=async")
+    print(f"b. Time to {TARGET:.2f} test accuracy, MNIST-1D, {cfg.workers.num_workers} workers, async, "
+          f"{repeats} run(s) a side, alternating")
+    runs = {"ours": [], "docs": []}
+    for _ in range(repeats):
+        runs["ours"].append(ours_full_loop(cfg))
+        runs["docs"].append(docs_full_loop(cfg))
+    for side, name in (("ours", "ours (run_async_sgd)"), ("docs", "documentation's loop")):
+        print(f"   {name:21s} " + ", ".join(f"{s:5.1f} s ({u} updates, {u / s:.0f}/s)" for s, u in runs[side]),
+              flush=True)
+    return {side: statistics.median(s for s, _ in results) for side, results in runs.items()}
+
+
+# --- c, d. Sync, async and ssp with a straggler ------------------------------------------------------
+
+def time_to_accuracy(overrides: tuple[str, ...] = (), quiet: bool = False) -> dict[str, float]:
     # One step takes about 15 ms here; 45 ms more makes the last worker about 4x slower.
-    common = ["workers.num_workers=3", "workers.straggler_delay_s=0.045", "workers.epochs=8",
-              f"run.stop_at_accuracy={target}", "run.eval_every_s=0.5", "run.output_dir=/tmp/scaleforge-bench-ps",
-              "artifact.dir=/tmp/scaleforge-bench-ps/model", *overrides]
+    common = ["workers.num_workers=3", "workers.straggler_delay_s=0.045", *overrides]
     times = {}
     for mode in ("sync", "async", "ssp"):
-        cfg = load_config(AsyncSGDConfig, root / "configs/async_sgd.yaml", [*common, f"server.mode={mode}"],
-                          preflight=check_runnable)
-        with contextlib.redirect_stdout(sys.stderr):  # the run's progress lines: on screen, not in the table
+        cfg = ps_config(*common, f"server.mode={mode}")
+        with contextlib.redirect_stdout(sys.stderr):
             result = run_async_sgd(cfg)
-        reached = [p["seconds"] for p in result.curve if p["test_accuracy"] >= target]
-        times[mode] = reached[0] if reached else float("nan")
+        times[mode] = reached(result.curve)[0]
         if not quiet:
-            print(f"   {mode:5s} reached {target:.2f} after {times[mode]:6.1f} s of training "
+            print(f"   {mode:5s} reached {TARGET:.2f} after {times[mode]:6.1f} s of training "
                   f"({result.updates} updates, {result.updates / result.wall_s:.1f}/s)", flush=True)
     return times
 
 
 def learning_rate_sweep(rates: tuple[float, ...] = (0.002, 0.004, 0.008)) -> None:
-    """Part b at several learning rates: is the verdict an artefact of one setting? Each mode is
+    """Part c at several learning rates: is the verdict an artefact of one setting? Each mode is
     then compared at its own best rate (a tuned sync is the baseline a user would run)."""
-    print("c. Part b at several Adam learning rates (seconds to 0.90; '-' = not reached in 8 epochs)")
+    print("d. Part c at several Adam learning rates (seconds to 0.90; '-' = not reached in 8 epochs)")
     print(f"   {'lr':>7s} {'sync':>7s} {'async':>7s} {'ssp':>7s}")
     table = {}
     for lr in rates:
@@ -182,33 +421,50 @@ def learning_rate_sweep(rates: tuple[float, ...] = (0.002, 0.004, 0.008)) -> Non
           f"ssp / sync = {best['ssp'] / best['sync']:.2f}")
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="ab", help="which parts to run: a (push throughput), b (time to "
-                        "accuracy), c (b at several learning rates; about 4 minutes, not in the default run)")
-    parts = parser.parse_args().parts
+    parser.add_argument("--parts", default="abc", help="which parts to run: a (push + pull throughput), b (full "
+                        "loop against the documentation's), c (sync/async/ssp with a straggler), d (c at several "
+                        "learning rates; about 4 minutes, not in the default run)")
+    parser.add_argument("--seconds", type=float, default=6.0, help="part a: measured seconds per side and size")
+    parser.add_argument("--sizes", default="1000000,10000000", help="part a: parameter counts (the bars are at 10M)")
+    parser.add_argument("--repeats", type=int, default=3, help="part b: runs per side (the median counts)")
+    args = parser.parse_args()
+    started_load = os.getloadavg()[0]
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
-    if "a" in parts:
-        push_table()
-    if "b" in parts:
-        print("b. Time to 0.90 test accuracy, 3 workers, the last one 4x slower")
+    rows = []
+    if "a" in args.parts:
+        results = push_pull_table(args.seconds, tuple(int(s) for s in args.sizes.split(",")))
+        for total, r in results.items():
+            if total != 10_000_000:
+                continue
+            label = f"a. push + pull, {r['params'] / 1e6:.0f}M params, 2 workers"
+            rows.append((f"{label}: ours / docs", f"{r['ours']:.1f} / {r['docs']:.1f} upd/s = "
+                         f"{r['ours'] / r['docs']:.2f}x", ">= 2.5x", r["ours"] / r["docs"] >= 2.5))
+            rows.append((f"{label}: bytes moved, of memcpy", f"{r['ours_gbps']:.2f} GB/s = {r['share']:.1%} of "
+                         f"{r['bandwidth']:.1f} GB/s", ">= 25%", r["share"] >= 0.25))
+    if "b" in args.parts:
+        times = full_loop(args.repeats)
+        ratio = times["ours"] / times["docs"]
+        rows.append((f"b. time to {TARGET:.2f}, async: ours / docs", f"{times['ours']:.1f} / {times['docs']:.1f} s "
+                     f"= {ratio:.2f}", "<= 0.7", ratio <= 0.7))
+    if "c" in args.parts:
+        print(f"c. Time to {TARGET:.2f} test accuracy, 3 workers, the last one 4x slower")
         times = time_to_accuracy()
-        print(f"   async / sync = {times['async'] / times['sync']:.2f}, ssp / sync = {times['ssp'] / times['sync']:.2f} "
-              "(target <= 0.6)")
-    if "c" in parts:
+        ratio = times["async"] / times["sync"]
+        rows.append((f"c. straggler, time to {TARGET:.2f}: async / sync", f"{times['async']:.1f} / "
+                     f"{times['sync']:.1f} s = {ratio:.2f}", "<= 0.6", ratio <= 0.6))
+        # No bar for ssp: under a persistent straggler its bound makes the fast workers wait for it,
+        # so once they are `staleness_bound` steps ahead they move at its pace, as sync does.
+        print(f"   ssp / sync = {times['ssp'] / times['sync']:.2f} (no bar: a persistent straggler paces ssp "
+              "once the others are staleness_bound steps ahead)")
+    if "d" in args.parts:
         learning_rate_sweep()
-
-
-def push_table() -> None:
-    bandwidth = memcpy_gbps()
-    print(f"a. Push throughput, 2 workers, {PUSH_SECONDS:.0f} s each; memcpy bandwidth here {bandwidth:.1f} GB/s")
-    print(f"   {'params':>10s} {'baseline upd/s':>15s} {'ours upd/s':>11s} {'ratio':>6s} {'ours GB/s':>10s} {'of memcpy':>10s}")
-    for total in (1_000_000, 10_000_000):
-        baseline, ours, params = push_throughput(total)
-        gbps = ours * params * 4 / 1e9
-        print(f"   {params:10,d} {baseline:15.1f} {ours:11.1f} {ours / baseline:5.1f}x {gbps:10.2f} "
-              f"{gbps / bandwidth:9.0%}", flush=True)
+    load = os.getloadavg()[0]
+    print(f"\nLoad average (1 min) of this machine ({os.cpu_count()} cores): {started_load:.1f} at the start, "
+          f"{load:.1f} at the end (other processes share the cores; the sides run one after the other, alternating in part b)\n")
+    return print_bars(rows, "parameter server")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

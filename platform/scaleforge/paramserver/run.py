@@ -181,8 +181,13 @@ def _shard_restarts(stats: list[dict], reports: list[dict]) -> list[dict]:
 def _evaluate(shards, layout: ParamLayout, model, data, seconds: float) -> dict[str, float]:
     snapshots = ray.get([s.snapshot.remote() for s in shards])
     layout.assign(model, np.concatenate([flat for flat, _ in snapshots]))
+    return {"seconds": seconds, "updates": int(snapshots[0][1]), "test_accuracy": test_accuracy(model, data)}
+
+
+def test_accuracy(model: torch.nn.Module, data) -> float:
+    """Accuracy on the full test set, on one thread: evaluation runs while workers train and must not
+    take their cores."""
     model.eval()
-    # One thread: evaluation runs while workers train, and must not take their cores.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -190,4 +195,4 @@ def _evaluate(shards, layout: ParamLayout, model, data, seconds: float) -> dict[
             predicted = model(torch.from_numpy(data.x_test)).argmax(1).numpy()
     finally:
         torch.set_num_threads(threads)
-    return {"seconds": seconds, "updates": int(snapshots[0][1]), "test_accuracy": float((predicted == data.y_test).mean())}
+    return float((predicted == data.y_test).mean())
