@@ -14,6 +14,11 @@ Step time is the median over timed steps of the slowest rank. For pipelines, the
 bubble is the idle fraction of the busiest stage: ``1 - m * t_stage / t_step``, where
 ``t_stage`` is that stage's forward+backward of one micro-batch timed alone (no communication);
 the ideal-schedule bubble ``(p - 1) / (m + p - 1)`` is printed beside it.
+
+Bars (the point of these layouts is memory; step times on 2 shared cores are reported, not held to a
+bar): every tp, pp and fsdp worker holds at most ``1/p + 0.05`` of one process's model state on ``p``
+workers, and, where every stage has a core of its own, each pipeline's measured bubble is at most twice its
+ideal plus 0.1. Exit status 1 if one is missed.
 """
 
 import argparse
@@ -32,7 +37,9 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "platform")]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bars import print_bars  # noqa: E402
 from scaleforge.distributed import ParallelDims  # noqa: E402
 from scaleforge.distributed.memory import memory_held, single_process_memory  # noqa: E402
 from scaleforge.distributed.strategy import Batch, cross_entropy, parallelize  # noqa: E402
@@ -147,6 +154,7 @@ def main(argv=None) -> int:
           f"{MICROBATCHES} micro-batches; one process holds {one_process / 2**20:.1f} MiB of model state")
     print("| workers | layout | step ms | vs dp | memory / worker MiB | vs one process | bubble measured | bubble ideal |")
     print("|---|---|---|---|---|---|---|---|")
+    rows = []
     for world in args.workers:
         results = {}
         for name in LAYOUTS:
@@ -160,7 +168,17 @@ def main(argv=None) -> int:
                   f"{r['bubble']:.2f} | {ideal} |" if pipeline else
                   f"| {world} | {name} | {r['step_s'] * 1e3:.0f} | {r['step_s'] / results['dp']['step_s']:.2f}x | "
                   f"{r['held'] / 2**20:.1f} | {r['held'] / one_process:.2f}x | - | - |", flush=True)
-    return 0
+        for name, r in results.items():
+            if name != "dp":
+                share = r["held"] / one_process
+                rows.append((f"{world} workers, {name}: memory of one process", f"{share:.2f}x",
+                             f"<= {1 / world + 0.05:.2f}x", share <= 1 / world + 0.05))
+            if name.startswith("pp") and world <= (os.cpu_count() or 1):  # stages sharing a core idle by design
+                ideal = (world - 1) / (MICROBATCHES + world - 1)
+                rows.append((f"{world} workers, {name}: bubble", f"{r['bubble']:.2f}", f"<= {2 * ideal + 0.1:.2f}",
+                             r["bubble"] <= 2 * ideal + 0.1))
+    print()
+    return print_bars(rows, "layout")
 
 
 if __name__ == "__main__":
