@@ -58,4 +58,3 @@ def test_runtime_env_of_an_app_reaches_its_replicas(ray_cluster, tiny, monkeypat
         assert answer.status_code == 200, answer.text
     finally:
         serve.shutdown()
-

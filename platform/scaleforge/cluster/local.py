@@ -124,7 +124,7 @@ class LocalHead:
                 pass
         if self.process is not None and self.process.poll() is None:
             # `ray start --block` stops its processes on SIGTERM, politely and slowly (~30 s); what
-            # is left after a few seconds is killed below, by temp dir.
+            # is left after a few seconds is killed below.
             self.process.terminate()
             try:
                 self.process.wait(timeout=5)
