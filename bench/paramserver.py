@@ -15,9 +15,9 @@ hands that call's result (the fresh weights) to the same worker's next ``compute
 a. Push and pull throughput. Per step each side moves one fresh gradient in and the fresh
    parameters out, and the worker loads them into its model:
    - ours: 2 real ``AsyncWorker`` actors run their own ``run`` loop one step at a time (pull every
-     shard, load the slices into the model, write the gradient into the shared ``Outbox`` buffer,
-     push to every shard); the parameters are split over 2 ``ParameterShard`` actors as
-     ``run_async_sgd`` splits them. Only the forward and backward pass are skipped: the worker's
+     shard, copy each slice from the shard's shared-memory window into the model, write the
+     gradient into the shared ``Outbox`` buffer, push to every shard); the parameters are split
+     over 2 ``ParameterShard`` actors as ``run_async_sgd`` splits and starts them. Only the forward and backward pass are skipped: the worker's
      gradient function is replaced, in its own process, by the last half of the real one (the
      per-layer ``.grad`` tensors, set once, concatenated into the shared buffer, a fresh write
      every step).
@@ -256,10 +256,11 @@ def our_throughput(model: dict, width: int, seconds: float) -> float:
     torch.manual_seed(0)
     layout = ParamLayout.of(build_model(MODEL_SPEC.validate_python(model), width, width))
     ranges = layout.shard_ranges(2)
+    token = uuid.uuid4().hex[:12]
     shards = [ParameterShard.options(num_cpus=0.01, max_concurrency=64).remote(
         i, np.zeros(b - a, np.float32), optimizer="sgd", lr=0.01, momentum=0.0, mode="async", num_workers=2,
-        staleness_bound=0, staleness_aware_lr=False) for i, (a, b) in enumerate(ranges)]
-    x, y, token = np.zeros((64, width), np.float32), np.zeros(64, np.int64), uuid.uuid4().hex[:12]
+        staleness_bound=0, staleness_aware_lr=False, run_token=token) for i, (a, b) in enumerate(ranges)]
+    x, y = np.zeros((64, width), np.float32), np.zeros(64, np.int64)
     workers = [AsyncWorker.options(num_cpus=1).remote(i, model, width, width, x, y, 64, i, shards, ranges,
                                                       run_token=token) for i in range(2)]
     try:
@@ -267,7 +268,7 @@ def our_throughput(model: dict, width: int, seconds: float) -> float:
         runs = ray.get([w.__ray_call__.remote(_timed_run, seconds, WARMUP_SECONDS) for w in workers])
         return sum(steps / elapsed for steps, elapsed in runs)
     finally:
-        ray.get([w.close.remote() for w in workers])
+        ray.get([actor.close.remote() for actor in [*workers, *shards]])
         for actor in [*shards, *workers]:
             ray.kill(actor)
 

@@ -44,6 +44,14 @@ class ParamLayout:
             for param, chunk in zip(model.parameters(), source.split(self.sizes)):
                 param.copy_(chunk.view_as(param))
 
+    def bind(self, model: nn.Module) -> np.ndarray:
+        """Make the model's parameters views of one float32 vector, returned: loading new parameters
+        is then a single copy into it (the model's values are kept)."""
+        flat = torch.cat([p.detach().reshape(-1).to(torch.float32) for p in model.parameters()])
+        for param, chunk in zip(model.parameters(), flat.split(self.sizes)):
+            param.data = chunk.view_as(param)
+        return flat.numpy()
+
     def shard_ranges(self, num_shards: int) -> list[tuple[int, int]]:
         """``num_shards`` contiguous [start, stop) ranges of equal size (to within one element)."""
         if not 1 <= num_shards <= self.total:

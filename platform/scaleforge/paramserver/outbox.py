@@ -35,13 +35,20 @@ class SharedGradient:
     start: int
 
 
+def shm_file(run_token: str, owner: str) -> Path:
+    """The tmpfs file of one actor of a run (``worker3``, ``shard0``): every name the run uses starts
+    with its token, so that ``remove_buffers`` finds them all."""
+    return SHM_DIR / f"scaleforge-{run_token}-{owner}"
+
+
 def buffer_path(run_token: str, worker: int) -> Path:
-    return SHM_DIR / f"scaleforge-{run_token}-worker{worker}"
+    return shm_file(run_token, f"worker{worker}")
 
 
 def remove_buffers(run_token: str) -> None:
-    """Delete this node's gradient buffers of a run (the driver does this when the run ends)."""
-    for path in SHM_DIR.glob(f"scaleforge-{run_token}-worker*"):
+    """Delete this node's shared buffers of a run, gradients and parameters (the driver does this
+    when the run ends)."""
+    for path in SHM_DIR.glob(f"scaleforge-{run_token}-*"):
         path.unlink(missing_ok=True)
 
 

@@ -46,11 +46,12 @@ def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
         _wait_for_placement(group, bundles, cfg.run.placement_timeout_s)
         result = _train(cfg, group, data, model, shards, workers, launched, run_token)
     finally:  # whatever happened (an error, a timeout, Ctrl-C), give the cluster its resources back
-        ray.wait([w.close.remote() for w in workers], num_returns=len(workers), timeout=10)
+        closing = [actor.close.remote() for actor in workers + shards]
+        ray.wait(closing, num_returns=len(closing), timeout=10)
         for actor in shards + workers:
             ray.kill(actor, no_restart=True)
         remove_placement_group(group)
-        remove_buffers(run_token)  # those of workers that died on this node
+        remove_buffers(run_token)  # those of actors that died on this node
     return result
 
 
@@ -84,7 +85,8 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
         ParameterShard.options(
             num_cpus=0.01, max_concurrency=64, max_restarts=1, max_task_retries=-1,
             scheduling_strategy=PlacementGroupSchedulingStrategy(group, workers_cfg.num_workers + i),
-        ).remote(i, initial_slices[i], **options, die_at_update=cfg.fault.kill_shard_at_update if i == 0 else None)
+        ).remote(i, initial_slices[i], **options, die_at_update=cfg.fault.kill_shard_at_update if i == 0 else None,
+                 run_token=run_token)
         for i in range(len(ranges))
     ]
     splits = worker_shards(len(data.y), workers_cfg.num_workers, workers_cfg.seed)

@@ -13,6 +13,7 @@ Two staleness measures are recorded for every gradient:
 
 import asyncio
 import os
+from contextlib import nullcontext
 import signal
 import warnings
 from pathlib import Path
@@ -25,6 +26,7 @@ from safetensors.torch import load_file, save
 
 from scaleforge.paramserver.layout import InitialSlice
 from scaleforge.paramserver.outbox import RESEND, Inbox, SharedGradient
+from scaleforge.paramserver.window import ParamWindow
 from scaleforge.storage import write_atomic
 
 
@@ -33,7 +35,7 @@ class ParameterShard:
     def __init__(self, index: int, init: "np.ndarray | InitialSlice", *, optimizer: str, lr: float, momentum: float, mode: str,
                  num_workers: int, staleness_bound: int, staleness_aware_lr: bool,
                  checkpoint_dir: Optional[str] = None, checkpoint_every: int = 0,
-                 die_at_update: Optional[int] = None):
+                 die_at_update: Optional[int] = None, run_token: Optional[str] = None):
         self.index, self.mode, self.bound = index, mode, staleness_bound
         # Ray re-runs __init__ when it restarts this actor (max_restarts): then restore, never die again.
         with warnings.catch_warnings():  # Ray's own property reads its deprecated ``actor_id``
@@ -42,15 +44,24 @@ class ParameterShard:
         self.die_at_update = die_at_update if self.incarnation == 0 else None
         if isinstance(init, InitialSlice):
             init = init.values()
-        self.param = torch.nn.Parameter(torch.from_numpy(np.array(init, dtype=np.float32)))
-        self.inbox = Inbox(len(self.param))  # gradients that workers on this node leave in shared memory
+        self.inbox = Inbox(len(init))  # gradients that workers on this node leave in shared memory
+        # The parameters live in shared memory where they can: workers on this node read them there.
+        self.window = ParamWindow.create(run_token, index, len(init), self.inbox.node_id)
+        self.version = 0
+        if self.window is None:
+            values = np.array(init, dtype=np.float32)
+        else:
+            values = self.window.values
+            with self._writing():
+                values[:] = init
+        self.param = torch.nn.Parameter(torch.from_numpy(values))
         if optimizer == "adam":
             self.optimizer = torch.optim.Adam([self.param], lr=lr)
         else:
             self.optimizer = torch.optim.SGD([self.param], lr=lr, momentum=momentum)
         self.lr, self.staleness_aware_lr = lr, staleness_aware_lr
         # Steps received from each active worker; workers join and leave while a run trains.
-        self.version, self.clocks, self.pending = 0, {w: 0 for w in range(num_workers)}, {}
+        self.clocks, self.pending = {w: 0 for w in range(num_workers)}, {}
         self.staleness: dict[str, list[int]] = {"clock": [], "updates": []}
         self.changed = asyncio.Condition()
         self.checkpoint_path = Path(checkpoint_dir) / f"shard{index}.safetensors" if checkpoint_dir else None
@@ -60,11 +71,13 @@ class ParameterShard:
         # restore the workers are further on than the checkpoint: the first pull or push adopts their round.
         self.round = None if self.incarnation and mode == "sync" else self.version
 
-    async def pull(self, worker: int, clock: int):
-        """This shard's slice for ``worker``'s step ``clock``; waits while the mode says so.
+    async def pull(self, worker: int, clock: int, node_id: Optional[str] = None):
+        """This shard's slice for ``worker``'s step ``clock`` (a worker on ``node_id``); waits while the mode says so.
 
         Returns:
-            (slice, version, slowest worker's clock) at the time of reading.
+            (slice, version, slowest worker's clock) at the time of reading. For a worker on this
+            shard's node the slice is a ``SharedSlice`` note: it reads the values (and their
+            version) from shared memory itself.
         """
         async with self.changed:
             # The worker has completed `clock` steps; after a restore this shard's count may lag.
@@ -78,6 +91,8 @@ class ParameterShard:
                 await self.changed.wait_for(lambda: self.round >= clock)
             elif self.mode == "ssp":  # a worker more than s steps ahead of the slowest waits
                 await self.changed.wait_for(lambda: clock - self._slowest() <= self.bound)
+            if self.window is not None and node_id == self.window.note.node_id:
+                return self.window.note, self.version, self._slowest()
             return self.param.detach().numpy().copy(), self.version, self._slowest()
 
     async def push(self, worker: int, grad: "np.ndarray | SharedGradient", read_version: int, read_clock: int,
@@ -137,13 +152,19 @@ class ParameterShard:
         if self.mode == "sync":
             grad, self.pending = np.mean(list(self.pending.values()), axis=0), {}
             self.round += 1
-        self._apply(grad, staleness)
-        self.version += 1
+        with self._writing():
+            self._apply(grad, staleness)
+            self.version += 1
         if self.checkpoint_every and self.version % self.checkpoint_every == 0:
             self._checkpoint()
         if self.version == self.die_at_update:  # injected fault: the whole process dies
             os.kill(os.getpid(), signal.SIGKILL)
         self.changed.notify_all()
+
+    def close(self) -> None:
+        """Delete the shared parameters (the run is over)."""
+        if self.window is not None:
+            self.window.close()
 
     def snapshot(self):
         """(slice, version) without waiting: for evaluation and export."""
@@ -165,6 +186,10 @@ class ParameterShard:
 
     def _slowest(self) -> int:
         return min(self.clocks.values(), default=0)
+
+    def _writing(self):
+        """Around every change of the parameters: readers in shared memory never see half of one."""
+        return self.window.writing(lambda: self.version) if self.window is not None else nullcontext()
 
     def _apply(self, grad: np.ndarray, staleness: int) -> None:
         with warnings.catch_warnings():  # object-store arrays are read-only; the optimiser only reads .grad
@@ -191,9 +216,9 @@ class ParameterShard:
         with safe_open(str(self.checkpoint_path), "pt") as handle:
             metadata = handle.metadata()
         tensors = load_file(self.checkpoint_path)
-        with torch.no_grad():
+        with self._writing(), torch.no_grad():
             self.param.copy_(tensors.pop("param"))
+            self.version = int(metadata["version"])
         self.optimizer.state[self.param] = {k.removeprefix("opt."): v for k, v in tensors.items()}
-        self.version = int(metadata["version"])
         self.clocks = {int(w): int(c) for w, c in (item.split(":") for item in metadata["clocks"].split(",") if item)}
         return self.version

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from scaleforge.models import MODEL_SPEC, build_model
 from scaleforge.paramserver.layout import ParamLayout
 from scaleforge.paramserver.outbox import Outbox
+from scaleforge.paramserver.window import SharedSlice, WindowReader
 
 
 def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -40,14 +41,16 @@ class AsyncWorker:
                  batch_size: int, seed: int, shards: list, ranges: list[tuple[int, int]], delay_s: float = 0.0,
                  die_at_step: Optional[int] = None, run_token: Optional[str] = None):
         torch.set_num_threads(1)
-        self.index, self.shards, self.delay_s = index, shards, delay_s
+        self.index, self.shards, self.ranges, self.delay_s = index, shards, ranges, delay_s
         self.die_at_step = die_at_step
         # Highest version each shard acknowledged, per shard incarnation: what a shard restart lost.
         self.acked: dict[int, dict[int, int]] = {i: {} for i in range(len(shards))}
         self.model = build_model(MODEL_SPEC.validate_python(model), input_dim, num_classes)
         self.layout = ParamLayout.of(self.model)
+        self.flat = self.layout.bind(self.model)  # the model's parameters, one vector: a pull is one copy
         self.batches = batches(x, y, batch_size, seed)
         self.outbox = Outbox(index, shards, ranges, run_token)
+        self.windows = WindowReader()
 
     def ready(self) -> bool:
         """True once constructed (model built, data shard held): a run's clock starts when every worker is."""
@@ -60,18 +63,29 @@ class AsyncWorker:
         for clock in range(first_clock, first_clock + steps):
             if clock == self.die_at_step:  # injected fault: the whole process dies
                 os.kill(os.getpid(), signal.SIGKILL)
-            pulled = ray.get([shard.pull.remote(self.index, clock) for shard in self.shards])
-            self.layout.assign(self.model, np.concatenate([p[0] for p in pulled]))
+            reads = self._pull(clock)
             _, loss = gradient(self.model, self.layout, *next(self.batches), out=self.outbox.buffer)
             if self.delay_s:  # simulated straggler
                 time.sleep(self.delay_s)
-            acks = self.outbox.push([(version, read_clock) for _, version, read_clock in pulled], clock)
+            acks = self.outbox.push(reads, clock)
             for shard_index, (version, incarnation) in enumerate(acks):
                 seen = self.acked[shard_index]
                 seen[incarnation] = max(seen.get(incarnation, 0), version)
             losses.append(loss)
         return {"worker": self.index, "steps": steps, "seconds": time.perf_counter() - started,
                 "final_loss": float(np.mean(losses[-10:])), "acked": self.acked}
+
+    def _pull(self, clock: int) -> list[tuple[int, int]]:
+        """Every shard's parameters into the model; per shard, the (version, slowest clock) read."""
+        pulled = ray.get([shard.pull.remote(self.index, clock, self.outbox.node_id) for shard in self.shards])
+        reads = []
+        for (start, stop), (values, version, slowest) in zip(self.ranges, pulled):
+            if isinstance(values, SharedSlice):  # a shard on this node: straight from its shared memory
+                version = self.windows.copy(values, self.flat[start:stop])
+            else:
+                self.flat[start:stop] = values
+            reads.append((version, slowest))
+        return reads
 
     def close(self) -> None:
         """Delete this worker's shared gradient buffer."""
