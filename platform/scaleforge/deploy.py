@@ -9,6 +9,7 @@ modules themselves (``serving/``) are never imported by name here.
 """
 
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -126,7 +127,11 @@ def _wait_until_running(names: list[str], within_s: float) -> None:
 
 
 def serve_until_interrupted(cfg: ServeConfig) -> str:
-    """:func:`deploy`, then keep serving until Ctrl-C, then shut Serve down.
+    """:func:`deploy`, then keep serving until Ctrl-C, then stop.
+
+    On a cluster (``RAY_ADDRESS``) Ctrl-C shuts Serve down there, as ``serve run`` does. An embedded
+    Ray goes away with this process and takes every replica with it: waiting for Serve's graceful
+    shutdown first would only add seconds (and Ray's complaint that its controller was killed).
 
     Returns:
         The base URL that was served.
@@ -137,7 +142,10 @@ def serve_until_interrupted(cfg: ServeConfig) -> str:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
-        serve.shutdown()
+        if os.environ.get("RAY_ADDRESS"):
+            serve.shutdown()
+        else:
+            ray.shutdown()
     return url
 
 

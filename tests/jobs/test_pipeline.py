@@ -118,9 +118,12 @@ def _serve_job_is_ready_within_two_minutes(config) -> None:
             answer = httpx.post(f"http://127.0.0.1:{port}/v2/models/{model}/infer", json=body, timeout=60)
             assert answer.status_code == 200, (model, answer.text)
         print(f"jobs.serve ready after {ready:.0f} s")
+        job.send_signal(signal.SIGINT)  # Ctrl-C: it stops within seconds, and quietly
+        rest, _ = job.communicate(timeout=30)
+        assert job.returncode == 0, rest
+        lines += rest.splitlines(keepends=True)
+        leaked = [line for line in lines if any(mark in line for mark in RAY_INTERNALS) or RAY_LOG_RECORD.match(line)]
+        assert leaked == [], "".join(leaked)
     finally:
-        job.send_signal(signal.SIGINT)
-        try:
-            job.wait(timeout=60)
-        except subprocess.TimeoutExpired:
+        if job.poll() is None:
             job.kill()
