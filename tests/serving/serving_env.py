@@ -52,6 +52,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def running_serve() -> int:
+    """The session's Serve on the shared cluster, started on first use on a free port of 127.0.0.1
+    (or again, on the same port, after a test shut it down); returns the port. Tests that share it
+    deploy and delete their own apps, and leave Serve running."""
+    from ray import serve
+
+    port = _CACHE.setdefault("serve", {"port": free_port()})["port"]
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    return port
+
+
 def small_deployment(**overrides) -> dict:
     """Deployment settings that fit many replicas on the test cluster's 4 logical CPUs."""
     return {"num_cpus": 0.1, **overrides}

@@ -11,7 +11,7 @@ import pytest
 from ray import serve
 
 from serving.app import build_app
-from serving_env import free_port, mnist1d, small_deployment, trained_models, v2_body
+from serving_env import mnist1d, running_serve, small_deployment, trained_models, v2_body
 
 APP = "sf-autoscale"
 SCALING = {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 1, "upscale_delay_s": 1,
@@ -29,8 +29,7 @@ def test_replicas_follow_the_load_up_and_back_down(ray_cluster, tmp_path_factory
     args = {"models": [{"name": "teacher", "artifact": models["teacher"], "max_batch_size": 1,
                         **small_deployment(autoscaling=SCALING)}],
             "ingress": small_deployment(max_ongoing_requests=64)}
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    port = running_serve()
     serve.run(build_app(args), name=APP, route_prefix=f"/{APP}")
     try:
         body = v2_body(mnist1d()["x_test"][:64])
@@ -63,4 +62,3 @@ def test_replicas_follow_the_load_up_and_back_down(ray_cluster, tmp_path_factory
         print(f"\nserve autoscaling: 1 -> {peak} replicas under 8 clients ({len(statuses)} requests, all 200), back to 1")
     finally:
         serve.delete(APP)
-        serve.shutdown()

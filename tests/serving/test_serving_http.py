@@ -24,7 +24,7 @@ from scaleforge.artifacts import load_artifact
 from scaleforge.artifacts.servable import load_servable
 from scaleforge.routing import calibrate_thresholds
 from serving.app import build_app
-from serving_env import free_port, mnist1d, output, serve_args, trained_models, v2_body
+from serving_env import mnist1d, output, running_serve, serve_args, trained_models, v2_body
 
 # Trains three small models and deploys nine replicas before the first test (about a minute idle).
 pytestmark = pytest.mark.slow
@@ -40,14 +40,13 @@ def server(ray_cluster, tmp_path_factory):
     token_file.write_text(TOKEN + "\n")
     args = serve_args(models, token_file=str(token_file))
     next(m for m in args["models"] if m["name"] == "teacher")["replicas"] = 2
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    port = running_serve()
     serve.run(build_app(args), name=APP, route_prefix="/")
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60,
                           headers={"Authorization": f"Bearer {TOKEN}"})
     yield {"client": client, "port": port, "models": models}
     client.close()
-    serve.shutdown()
+    serve.delete(APP)
 
 
 @pytest.fixture(scope="module")
