@@ -150,8 +150,8 @@ def test_bad_input_is_rejected_before_anything_starts(override, message):
 def test_workers_join_and_leave_while_training(ray_cluster, tmp_path, mode):
     result = run_async_sgd(_config(
         tmp_path, "data.num_samples=4000", "model={name: mlp, hidden: [64]}", "workers.batch_size=32",
-        "workers.epochs=8", "run.eval_every_s=0.2",
-        f"server.mode={mode}", "workers.scaling=[{at_s: 2, workers: 3}, {at_s: 4, workers: 1}]",
+        "workers.epochs=12", "run.eval_every_s=0.2",  # the first workers train for longer than 3 s
+        f"server.mode={mode}", "workers.scaling=[{at_s: 1.5, workers: 3}, {at_s: 3, workers: 1}]",
     ))
     kinds = [(e["event"], e["worker"]) for e in result.events]
     assert kinds == [("worker_added", 2), ("worker_removed", 2), ("worker_removed", 1)], result.events
