@@ -6,13 +6,17 @@
 
 Every server listens on 127.0.0.1 and gets V2 JSON infer requests of 64 MNIST-1D inputs from
 closed-loop clients. Model CPU is the same everywhere: two processes with one torch thread each
-(the cascade's student and teacher replicas, the teacher-only app's two teacher replicas, uvicorn's
-two workers, one per core here); the Serve apps also run an ingress replica and Serve's proxy.
+(the cascade's ingress, which runs the student in place, and its teacher replica; the teacher-only
+app's two teacher replicas; uvicorn's two workers, one per core here); the teacher-only app also
+runs an ingress replica, and every Serve app Serve's proxy.
 
 Throughput, 8 clients:
   teacher-only Serve    the teacher, 2 replicas, behind the V2 ingress;
-  cascade (calibrated)  student then teacher, 1 replica each; threshold calibrated like
-                        ``jobs.calibrate`` (0.5 point below the teacher) on half of the test split;
+  cascade (calibrated)  student (``in_ingress``: run inside the ingress) then teacher, 1 replica;
+                        threshold calibrated like ``jobs.calibrate`` (0.5 point below the teacher)
+                        on half of the test split;
+  cascade, 2 deployments  the same with the student as a deployment of its own (no bar: shows
+                        what the hop costs);
   uvicorn teacher       the teacher, 2 workers: same loader, V2 parsing and orjson responses.
 p50 latency, 1 client, every input answered by the stage-0 model:
   cascade at stage 0    the cascade with ``min_confidence=0``;
@@ -136,11 +140,13 @@ def deploy(paths: dict[str, str], threshold: float) -> None:
     ingress = {"num_cpus": 0.1, "max_ongoing_requests": 64, "max_queued_requests": -1}
     teacher = {"name": "teacher", "artifact": paths["teacher"], **model}
     teacher_only = {"models": [{**teacher, "replicas": MODEL_PROCESSES}], "ingress": ingress}
-    cascade = {"models": [{"name": "student", "artifact": paths["student"], **model}, teacher],
+    cascade = {"models": [{"name": "student", "artifact": paths["student"], **model, "in_ingress": True}, teacher],
                "cascades": [{"name": "cascade", "stages": [{"model": "student", "threshold": threshold},
                                                             {"model": "teacher"}]}], "ingress": ingress}
+    separate = {**cascade, "models": [{**cascade["models"][0], "in_ingress": False}, teacher]}
     serve.run(build_app(teacher_only), name="teacher-only", route_prefix="/teacher-only")
     serve.run(build_app(cascade), name="cascade", route_prefix="/cascade")
+    serve.run(build_app(separate), name="cascade-2-deployments", route_prefix="/cascade-2-deployments")
     serve.run(BareModel.options(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64).bind(paths["student"]),
               name="bare", route_prefix="/bare")
 
@@ -239,9 +245,10 @@ def main() -> int:
     threshold = calibrated_threshold(paths, data["x_test"][calibration], data["y_test"][calibration])
     print(f"forward pass of {BATCH} on {THREADS} thread: student {costs['student']:.1f} ms, teacher "
           f"{costs['teacher']:.1f} ms; calibrated threshold {threshold:.3f}; {os.cpu_count()} cores")
-    print(f"model CPU, {THREADS} torch thread per process: teacher-only Serve {MODEL_PROCESSES} teacher replicas; "
-          f"cascade 1 student + 1 teacher replica; uvicorn {MODEL_PROCESSES} workers; bare stage-0 Serve 1 replica "
-          "(Serve apps add an ingress replica and the HTTP proxy)", flush=True)
+    print(f"model CPU, {THREADS} torch thread per process: teacher-only Serve {MODEL_PROCESSES} teacher replicas "
+          "and an ingress; cascade 1 ingress running the student + 1 teacher replica; cascade, 2 deployments: "
+          f"1 student + 1 teacher replica and an ingress; uvicorn {MODEL_PROCESSES} workers; bare stage-0 Serve "
+          "1 replica (every Serve app also has Serve's HTTP proxy)", flush=True)
 
     x, y = data["x_test"][held_out], data["y_test"][held_out]
     labels = [y[i:i + BATCH] for i in range(0, len(x) - BATCH + 1, BATCH)]
@@ -258,6 +265,7 @@ def main() -> int:
             runs = {  # name: (url, requests, clients)
                 "teacher-only Serve": (f"{base}/teacher-only/v2/models/teacher/infer", bodies(x), c),
                 "cascade (calibrated)": (f"{base}/cascade/v2/models/cascade/infer", bodies(x), c),
+                "cascade, 2 deployments": (f"{base}/cascade-2-deployments/v2/models/cascade/infer", bodies(x), c),
                 "uvicorn teacher": (uvicorn_teacher, bodies(x), c),
                 "cascade at stage 0": (f"{base}/cascade/v2/models/cascade/infer", bodies(x, min_confidence=0.0), one),
                 "bare stage-0 Serve": (f"{base}/bare/v2/models/student/infer", bodies(x), one),

@@ -1,7 +1,8 @@
 """App builder for ``serve run configs/serve.yaml``: one V2 endpoint over models, cascades and MoE routers.
 
-Every model is its own deployment (replicas, autoscaling and admission limits from config); the
-ingress holds the routers and a handle to each model.
+Every model is its own deployment (replicas, autoscaling and admission limits from config), except
+those marked ``in_ingress``, which run inside the ingress; the ingress holds the routers and a
+handle to each model deployment.
 """
 
 from ray.serve import Application
@@ -13,7 +14,7 @@ from serving.models import ModelServer
 
 
 def build_app(args: ServeArgs) -> Application:
-    """Bind the ingress and one :class:`ModelServer` per model entry.
+    """Bind the ingress and one :class:`ModelServer` per model entry (but those run in the ingress).
 
     Args:
         args: The app's ``args`` from the Serve config (Ray validates them into ``ServeArgs``
@@ -26,5 +27,6 @@ def build_app(args: ServeArgs) -> Application:
     """
     args = ServeArgs.model_validate(args)
     infos = model_infos(args)
-    handles = {m.name: ModelServer.options(name=f"model-{m.name}", **m.options()).bind(m) for m in args.models}
+    handles = {m.name: ModelServer.options(name=f"model-{m.name}", **m.options()).bind(m)
+               for m in args.models if not m.in_ingress}
     return V2Ingress.options(name="ingress", **args.ingress.options()).bind(args, handles, infos)

@@ -1,7 +1,7 @@
 """Cascade router: every input starts at stage 0; the unconfident ones go on, per input.
 
 Runs inside the ingress replica (no extra hop); each stage is its own model deployment, scaled
-independently. The policy itself is :func:`scaleforge.routing.escalate`, the same function the
+independently, or runs in the ingress itself (``in_ingress``: a cheap stage 0 then costs no hop). The policy itself is :func:`scaleforge.routing.escalate`, the same function the
 offline calibration uses.
 """
 
@@ -14,14 +14,14 @@ import torch
 from scaleforge.config.serve import CascadeEntry
 from scaleforge.routing import confidence, escalate
 from serving.metrics import RoutingMetrics
-from serving.models import CoalescingClient, logits_tensor
+from serving.models import CoalescingClient, InIngressModel, logits_tensor
 from serving.protocol import ProtocolError
 
 
 class CascadeRouter:
     """Sends each input through the stages until one is confident enough."""
 
-    def __init__(self, entry: CascadeEntry, stages: list[CoalescingClient], metrics: RoutingMetrics):
+    def __init__(self, entry: CascadeEntry, stages: "list[CoalescingClient | InIngressModel]", metrics: RoutingMetrics):
         self.entry, self.stages, self.metrics = entry, stages, metrics
 
     def thresholds(self, parameters: dict[str, Any]) -> list[float]:

@@ -25,16 +25,16 @@ from scaleforge.config.serve import AuthSpec, ServeArgs
 from scaleforge.deploy import ModelInfo
 from serving.cascade import CascadeRouter
 from serving.metrics import RoutingMetrics
-from serving.models import CoalescingClient, logits_tensor
+from serving.models import CoalescingClient, InIngressModel, logits_tensor
 from serving.moe import MoERouter
 from serving.protocol import (InferRequest, ProtocolError, V2Response, infer_response, model_metadata,
                               parse_infer_request)
 
 
 class PlainModel:
-    """A single model deployment behind the V2 API."""
+    """A single model behind the V2 API: a deployment of its own, or run in the ingress."""
 
-    def __init__(self, client: CoalescingClient):
+    def __init__(self, client: "CoalescingClient | InIngressModel"):
         self.client = client
 
     async def infer(self, x: np.ndarray, parameters: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -124,8 +124,10 @@ class V2Ingress:
         self.handles = handles
         metrics = RoutingMetrics()
         self.metrics = metrics
-        # One coalescing client per model, shared by everything in this replica that calls it.
+        # One coalescing client per model deployment, shared by everything in this replica that calls
+        # it; the models that run in this replica are called in place.
         clients = {name: CoalescingClient(handle, args.limits.max_batch_size) for name, handle in handles.items()}
+        clients |= {m.name: InIngressModel(m) for m in args.models if m.in_ingress}
         self.servables: dict[str, Servable] = {m.name: PlainModel(clients[m.name]) for m in args.models}
         for cascade in args.cascades:
             self.servables[cascade.name] = CascadeRouter(cascade, [clients[s.model] for s in cascade.stages], metrics)
@@ -157,7 +159,8 @@ class V2Ingress:
     async def model_ready(self, name: str, request: Request) -> JSONResponse:
         self._authorize(request)
         self._info(name)
-        ready = all(await asyncio.gather(*(self._deployment_ready(self.handles[m]) for m in self._models_of(name))))
+        ready = all(await asyncio.gather(*(self._deployment_ready(self.handles[m]) for m in self._models_of(name)
+                                           if m in self.handles)))  # the others run in this replica
         return JSONResponse({"name": name, "ready": ready}, status_code=200 if ready else 503)
 
     @app.post("/v2/models/{name}/infer",

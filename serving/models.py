@@ -74,6 +74,38 @@ class CoalescingClient:
         self.predict = merged
 
 
+class Forward:
+    """A model artifact loaded for inference: logits of one merged batch (what every serving path runs)."""
+
+    def __init__(self, entry: ModelEntry):
+        torch.set_num_threads(entry.threads)
+        self.model = load_servable(entry.artifact)
+        # A replica given a GPU share runs there (Ray sets CUDA_VISIBLE_DEVICES); otherwise on CPU.
+        self.device = torch.device("cuda" if entry.num_gpus and torch.cuda.is_available() else "cpu")
+        self.model.module.to(self.device)
+
+    def __call__(self, batches: list[np.ndarray]) -> list[np.ndarray]:
+        """[rows, input_dim] float32 per request -> [rows, num_classes] float32 logits per request."""
+        with torch.inference_mode():
+            logits = self.model.module(torch.from_numpy(np.concatenate(batches)).to(self.device)).cpu().numpy()
+        return split_like(batches, logits)
+
+
+class InIngressModel:
+    """A model run inside the ingress replica (``in_ingress: true``): the same merged forward pass as
+    a :class:`ModelServer`, without the hop. The pass runs on the ingress's event loop, which is
+    why this is for small models: a cascade's cheap first stage."""
+
+    def __init__(self, entry: ModelEntry):
+        forward = Forward(entry)
+
+        @serve.batch(max_batch_size=entry.max_batch_size, batch_wait_timeout_s=entry.batch_wait_timeout_s)
+        async def merged(batches: list[np.ndarray]) -> list[np.ndarray]:
+            return forward(batches)
+
+        self.predict = merged
+
+
 @serve.deployment
 class ModelServer:
     """One model; concurrent requests are merged into one forward pass (dynamic batching).
@@ -83,20 +115,14 @@ class ModelServer:
     """
 
     def __init__(self, entry: ModelEntry):
-        torch.set_num_threads(entry.threads)
-        self.model = load_servable(entry.artifact)
-        # A replica given a GPU share runs there (Ray sets CUDA_VISIBLE_DEVICES); otherwise on CPU.
-        self.device = torch.device("cuda" if entry.num_gpus and torch.cuda.is_available() else "cpu")
-        self.model.module.to(self.device)
+        self.forward = Forward(entry)
         self.predict.set_max_batch_size(entry.max_batch_size)
         self.predict.set_batch_wait_timeout_s(entry.batch_wait_timeout_s)
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.002)
     async def predict(self, batches: list[np.ndarray]) -> list[np.ndarray]:
         """[rows, input_dim] float32 per request -> [rows, num_classes] float32 logits per request."""
-        with torch.inference_mode():
-            logits = self.model.module(torch.from_numpy(np.concatenate(batches)).to(self.device)).cpu().numpy()
-        return split_like(batches, logits)
+        return self.forward(batches)
 
     def ready(self) -> bool:
         return True

@@ -56,3 +56,18 @@ def test_serve_job_refuses_missing_artifacts_before_ray_starts(tmp_path, capsys)
     assert "not a model artifact (no manifest.json)" in error and len(error.strip().splitlines()) == 1
     assert ray.is_initialized() == started_before
     assert jobs.serve.main(["--config", str(config), "--set", "http_options.port=70000"]) == 2
+
+
+def _with_in_ingress(name: str, **fields) -> dict:
+    args = _args()
+    args["models"] = [{**m, "in_ingress": True, **fields} if m["name"] == name else m for m in args["models"]]
+    return args
+
+
+def test_a_model_in_the_ingress_reserves_nothing_and_cannot_be_an_expert_or_hold_a_gpu():
+    plain, inside = ServeArgs.model_validate(_args()), ServeArgs.model_validate(_with_in_ingress("student"))
+    assert inside.model("student").in_ingress and inside.cpus_asked == plain.cpus_asked - plain.model("student").cpus_asked
+    with pytest.raises(ValidationError, match=r"moe 'moe': moe-gate set in_ingress; a router calls its gate and experts"):
+        ServeArgs.model_validate(_with_in_ingress("moe-gate"))
+    with pytest.raises(ValidationError, match=r"model 'student': in_ingress runs it in the ingress replica on CPU"):
+        ServeArgs.model_validate(_with_in_ingress("student", num_gpus=0.5))
