@@ -142,7 +142,7 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
                 ray.get([s.leave.remote(index) for s in shards])
                 ray.kill(workers[index])
                 events.append({"seconds": time.perf_counter() - started, "event": "worker_removed", "worker": index})
-            print(f"[{server.mode}] scaled to {target} workers: {events[-1]}", flush=True)
+            print(f"[{server.mode}] scaled to {target} workers ({len(active)} were training)", flush=True)
         curve.append(_evaluate(shards, layout, model, data, time.perf_counter() - started))
         print(f"[{server.mode}] {curve[-1]['seconds']:6.1f}s  updates {curve[-1]['updates']:6d}  "
               f"test_acc {curve[-1]['test_accuracy']:.4f}", flush=True)
