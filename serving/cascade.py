@@ -1,8 +1,9 @@
 """Cascade router: every input starts at stage 0; the unconfident ones go on, per input.
 
 Runs inside the ingress replica (no extra hop); each stage is its own model deployment, scaled
-independently, or runs in the ingress itself (``in_ingress``: a cheap stage 0 then costs no hop). The policy itself is :func:`scaleforge.routing.escalate`, the same function the
-offline calibration uses.
+independently, or runs in the ingress itself (``in_ingress``: a cheap stage 0 then costs no hop).
+The policy itself is :func:`scaleforge.routing.escalate`, the same function the offline
+calibration uses.
 """
 
 import time

@@ -9,7 +9,6 @@ modules themselves (``serving/``) are never imported by name here.
 """
 
 import math
-import os
 import time
 from dataclasses import dataclass
 
@@ -23,7 +22,7 @@ from scaleforge.artifacts.servable import servable_shapes
 from scaleforge.config.cli import import_object
 from scaleforge.config.loader import ConfigError
 from scaleforge.config.serve import ServeArgs, ServeConfig
-from scaleforge.runtime import ensure_ray, quiet_ray_loggers
+from scaleforge.runtime import ensure_ray, joins_a_cluster, quiet_ray_loggers
 
 
 class AppCheckError(ConfigError):
@@ -142,7 +141,7 @@ def serve_until_interrupted(cfg: ServeConfig) -> str:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
-        if os.environ.get("RAY_ADDRESS"):
+        if joins_a_cluster():
             serve.shutdown()
         else:
             ray.shutdown()

@@ -35,6 +35,12 @@ def quiet_ray_loggers() -> None:
         logging.getLogger(name).setLevel(level)
 
 
+def joins_a_cluster() -> bool:
+    """Whether Ray is (or will be) a cluster this process joins (``RAY_ADDRESS`` set, as under ``ray job
+    submit``) rather than an embedded one that lives and dies with this process."""
+    return bool(os.environ.get("RAY_ADDRESS"))
+
+
 def ensure_ray(min_cpus: float) -> None:
     """Join the job's cluster, or start an embedded local Ray with enough logical CPUs.
 
@@ -46,7 +52,7 @@ def ensure_ray(min_cpus: float) -> None:
     if ray.is_initialized():
         return
     quiet = {"log_to_driver": worker_logs_to_console(), "logging_level": logging.ERROR}
-    if os.environ.get("RAY_ADDRESS"):
+    if joins_a_cluster():
         ray.init(**quiet)
     else:
         for name, value in FAST_POLLING.items():

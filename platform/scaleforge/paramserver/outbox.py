@@ -67,7 +67,7 @@ class Outbox:
         self.node_id = ray.get_runtime_context().get_node_id()
         total = ranges[-1][1]
         path = buffer_path(run_token, worker) if run_token else None
-        if path and SHM_DIR.is_dir() and _free_bytes(SHM_DIR) > 2 * 4 * total:  # a full tmpfs would SIGBUS
+        if path and shm_has_room(4 * total):
             # A replacement worker reopens its predecessor's buffer rather than truncating a file
             # that shards still map.
             reuse = path.is_file() and path.stat().st_size == 4 * total
@@ -133,6 +133,9 @@ class Inbox:
         return self.maps[note.path][note.start:note.start + self.size]
 
 
-def _free_bytes(folder: Path) -> int:
-    stats = os.statvfs(folder)
-    return stats.f_bavail * stats.f_frsize
+def shm_has_room(nbytes: int) -> bool:
+    """Whether this node's tmpfs exists and has twice ``nbytes`` free (a full tmpfs would SIGBUS a writer)."""
+    if not SHM_DIR.is_dir():
+        return False
+    stats = os.statvfs(SHM_DIR)
+    return stats.f_bavail * stats.f_frsize > 2 * nbytes

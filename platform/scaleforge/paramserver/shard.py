@@ -13,9 +13,9 @@ Two staleness measures are recorded for every gradient:
 
 import asyncio
 import os
-from contextlib import nullcontext
 import signal
 import warnings
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 

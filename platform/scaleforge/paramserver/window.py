@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from scaleforge.paramserver.outbox import SHM_DIR, _free_bytes, shm_file
+from scaleforge.paramserver.outbox import shm_file, shm_has_room
 
 HEADER = 2
 """int64 words before the parameters: the sequence counter, the version."""
@@ -57,7 +57,7 @@ class ParamWindow:
     @classmethod
     def create(cls, run_token: Optional[str], shard: int, size: int, node_id: str) -> "Optional[ParamWindow]":
         """A window, or ``None`` (no run token, no tmpfs, or too little room on it: a full tmpfs would SIGBUS)."""
-        if not run_token or not SHM_DIR.is_dir() or _free_bytes(SHM_DIR) <= 2 * 4 * size:
+        if not run_token or not shm_has_room(4 * size):
             return None
         return cls(window_path(run_token, shard), size, node_id)
 
