@@ -41,7 +41,7 @@ b. Full loop: time to 0.90 test accuracy on MNIST-1D, ``configs/async_sgd.yaml``
    previous measurement, while the workers go on training (ours in ``run_async_sgd``'s own loop;
    the documentation's in a driver thread beside its loop, so that evaluating never holds up an
    update). Each run stops at the first measurement >= 0.90. Each side runs ``--repeats`` times
-   (default 3), alternating; the median counts.
+   (default 5), alternating; the median counts.
 c. Time to 0.90 for sync, async and ssp with 3 workers, the last one 4x slower, from the moment
    every worker is up; each run stops at the target.
 d. (``--parts d``, about 4 minutes, not in the default run) part c at three learning rates, and
@@ -429,7 +429,7 @@ def main() -> int:
                         "learning rates; about 4 minutes, not in the default run)")
     parser.add_argument("--seconds", type=float, default=6.0, help="part a: measured seconds per side and size")
     parser.add_argument("--sizes", default="1000000,10000000", help="part a: parameter counts (the bars are at 10M)")
-    parser.add_argument("--repeats", type=int, default=3, help="part b: runs per side (the median counts)")
+    parser.add_argument("--repeats", type=int, default=5, help="part b: runs per side (the median counts)")
     args = parser.parse_args()
     started_load = os.getloadavg()[0]
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
