@@ -16,7 +16,7 @@ store, as before.
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import ray
@@ -79,16 +79,21 @@ class Outbox:
         self.local = [False] * len(shards)
         self._locate(range(len(shards)))
 
-    def push(self, reads: list[tuple[int, int]], clock: int) -> list[tuple[int, int]]:
+    def push(self, reads: list[tuple[int, int]], clock: int,
+             meanwhile: Optional[Callable[[], None]] = None) -> list[tuple[int, int]]:
         """Send the gradient in ``buffer`` (computed for step ``clock``) to every shard.
 
         Args:
             reads: per shard, the (version, slowest clock) its parameters had when they were read.
+            meanwhile: called once every push is on its way, before waiting for the acknowledgements
+                (a worker sends its next pull there: two round trips overlap).
 
         Returns:
             Per shard, the (version, incarnation) that acknowledged the push.
         """
         refs = [self._send(i, read, clock) for i, read in enumerate(reads)]
+        if meanwhile is not None:
+            meanwhile()
         acks = ray.get(refs)
         for i, ack in enumerate(acks):
             if ack == RESEND:  # restarted on another node: the bytes are still in our buffer

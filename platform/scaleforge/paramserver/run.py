@@ -103,6 +103,7 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
             i, cfg.model.model_dump(mode="json"), info.input_dim, info.num_classes, data.x[rows],
             data.y[rows], workers_cfg.batch_size, workers_cfg.seed + i, shards, ranges,
             workers_cfg.straggler_delay_s if i == workers_cfg.num_workers - 1 else 0.0, die_at_step, run_token,
+            cfg.server.mode,
         )
 
     workers += [start_worker(i, cfg.fault.kill_worker_at_step if i == 0 else None)

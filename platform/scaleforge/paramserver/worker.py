@@ -39,10 +39,14 @@ def gradient(model: torch.nn.Module, layout: ParamLayout, x: torch.Tensor, y: to
 class AsyncWorker:
     def __init__(self, index: int, model: dict, input_dim: int, num_classes: int, x: np.ndarray, y: np.ndarray,
                  batch_size: int, seed: int, shards: list, ranges: list[tuple[int, int]], delay_s: float = 0.0,
-                 die_at_step: Optional[int] = None, run_token: Optional[str] = None):
+                 die_at_step: Optional[int] = None, run_token: Optional[str] = None, mode: str = "async"):
         torch.set_num_threads(1)
         self.index, self.shards, self.ranges, self.delay_s = index, shards, ranges, delay_s
         self.die_at_step = die_at_step
+        # Only in async mode does a pull never wait, nor count towards a round or a staleness bound: there
+        # the next step's pull may travel with this step's push (Ray runs an async actor's calls in any
+        # order, so under sync or ssp a pull overtaking its push could close a round without it).
+        self.pull_with_push = mode == "async"
         # Highest version each shard acknowledged, per shard incarnation: what a shard restart lost.
         self.acked: dict[int, dict[int, int]] = {i: {} for i in range(len(shards))}
         self.model = build_model(MODEL_SPEC.validate_python(model), input_dim, num_classes)
@@ -59,15 +63,20 @@ class AsyncWorker:
     def run(self, steps: int, first_clock: int = 0) -> dict:
         """``steps`` rounds of pull -> gradient -> push to every shard, never waiting for other
         workers except where the consistency mode makes ``pull`` wait."""
-        losses, started = [], time.perf_counter()
-        for clock in range(first_clock, first_clock + steps):
+        losses, started, end = [], time.perf_counter(), first_clock + steps
+        pulls: list = []
+        for clock in range(first_clock, end):
             if clock == self.die_at_step:  # injected fault: the whole process dies
                 os.kill(os.getpid(), signal.SIGKILL)
-            reads = self._pull(clock)
+            reads = self._read(pulls or self._request(clock))
             _, loss = gradient(self.model, self.layout, *next(self.batches), out=self.outbox.buffer)
             if self.delay_s:  # simulated straggler
                 time.sleep(self.delay_s)
-            acks = self.outbox.push(reads, clock)
+            pulls = []
+            if self.pull_with_push and clock + 1 < end:  # one round trip a step rather than two
+                acks = self.outbox.push(reads, clock, meanwhile=lambda: pulls.extend(self._request(clock + 1)))
+            else:
+                acks = self.outbox.push(reads, clock)
             for shard_index, (version, incarnation) in enumerate(acks):
                 seen = self.acked[shard_index]
                 seen[incarnation] = max(seen.get(incarnation, 0), version)
@@ -75,11 +84,14 @@ class AsyncWorker:
         return {"worker": self.index, "steps": steps, "seconds": time.perf_counter() - started,
                 "final_loss": float(np.mean(losses[-10:])), "acked": self.acked}
 
-    def _pull(self, clock: int) -> list[tuple[int, int]]:
+    def _request(self, clock: int) -> list:
+        """Ask every shard for its parameters for step ``clock`` (references to the answers)."""
+        return [shard.pull.remote(self.index, clock, self.outbox.node_id) for shard in self.shards]
+
+    def _read(self, pulls: list) -> list[tuple[int, int]]:
         """Every shard's parameters into the model; per shard, the (version, slowest clock) read."""
-        pulled = ray.get([shard.pull.remote(self.index, clock, self.outbox.node_id) for shard in self.shards])
         reads = []
-        for (start, stop), (values, version, slowest) in zip(self.ranges, pulled):
+        for (start, stop), (values, version, slowest) in zip(self.ranges, ray.get(pulls)):
             if isinstance(values, SharedSlice):  # a shard on this node: straight from its shared memory
                 version = self.windows.copy(values, self.flat[start:stop])
             else:
