@@ -19,9 +19,9 @@ disturbed one on 2 shared cores):
   leaves it;
 - ``1 - m t_stage / t_step``: the same with compute that runs slower inside the schedule than alone
   counted as idle too (``t_stage``: the busiest stage's forward+backward of one micro-batch timed
-  alone, best of 5). GPipe keeps all ``m`` micro-batches' graphs before its backward pass, and its
-  in-schedule compute runs slower than the stage alone while its waits stay near the ideal (compare
-  the two columns); 1F1B's does not.
+  alone, best of 5). GPipe keeps all ``m`` micro-batches' graphs before its backward pass, and in some
+  runs its in-schedule compute runs slower than the stage alone while its waits stay near the ideal
+  (compare the two columns).
 
 Bars (the point of these layouts is memory; step times on 2 shared cores are reported, not held to a
 bar): every tp, pp and fsdp worker holds at most ``1/p + 0.05`` of one process's model state on ``p``
