@@ -379,8 +379,8 @@ def docs_full_loop(cfg: AsyncSGDConfig) -> tuple[float, int]:
 
 def full_loop(repeats: int) -> dict:
     cfg = ps_config("server.mode=async", "server.num_shards=1")  # one server process a side
-    print(f"b. Time to {TARGET:.2f} test accuracy, MNIST-1D, {cfg.workers.num_workers} workers, {cfg.server.num_shards} shard, async, "
-          f"{repeats} run(s) a side, alternating")
+    print(f"b. Time to {TARGET:.2f} test accuracy, MNIST-1D, {cfg.workers.num_workers} workers, "
+          f"{cfg.server.num_shards} shard, async, {repeats} run(s) a side, alternating")
     runs = {"ours": [], "docs": []}
     for _ in range(repeats):
         runs["ours"].append(ours_full_loop(cfg))
