@@ -9,7 +9,6 @@ machine) nothing changes: Ray's default placement is already right.
 """
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, Literal
 
 from scaleforge.artifacts.store import read_manifest
@@ -85,4 +84,4 @@ def place_models(args: ServeArgs, hardware: ClusterHardware, *, gpu_share: float
 
 
 def _parameters(artifact: str) -> int:
-    return int(read_manifest(Path(artifact).expanduser()).get("parameters", 0))
+    return int(read_manifest(artifact).get("parameters", 0))

@@ -7,7 +7,6 @@ here and every consumer picks them up.
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from torch import nn
 
@@ -31,5 +30,5 @@ def load_servable(artifact: str | os.PathLike) -> Servable:
 
 def servable_shapes(artifact: str | os.PathLike) -> tuple[int, int]:
     """(input_dim, num_classes) from the manifest alone, without reading the weights."""
-    manifest = read_manifest(Path(artifact).expanduser())
+    manifest = read_manifest(artifact)
     return int(manifest["input_dim"]), int(manifest["num_classes"])

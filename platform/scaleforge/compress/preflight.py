@@ -17,6 +17,7 @@ from scaleforge.config.loader import ConfigError
 from scaleforge.data.preflight import check_files
 from scaleforge.models import build_model
 from scaleforge.models.surgery import default_layers, prunable_layers
+from scaleforge.storage import StorageError, check_fields, is_uri
 
 
 def check_runnable(cfg: CompressJobConfig) -> None:
@@ -27,11 +28,12 @@ def check_runnable(cfg: CompressJobConfig) -> None:
         ConfigError: one line naming the field (``teacher``, ``recipe[i] (step)``, ``sweeps[i] (name)``).
     """
     check_files(cfg.data)
-    if not Path(cfg.teacher).expanduser().is_dir():
+    check_fields({"teacher": cfg.teacher, "output": cfg.output})
+    if not is_uri(cfg.teacher) and not Path(cfg.teacher).expanduser().is_dir():
         raise ConfigError(f"teacher: artifact folder {cfg.teacher!r} does not exist")
     try:
         teacher = load_artifact(cfg.teacher)
-    except ArtifactError as err:
+    except (ArtifactError, StorageError) as err:
         raise ConfigError(f"teacher: {err}") from None
     check_recipe(cfg.recipe, teacher.model, teacher.manifest, "recipe")
     for index, sweep in enumerate(cfg.sweeps):

@@ -6,6 +6,8 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from scaleforge.storage import StorageError
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -51,7 +53,7 @@ def load_config(schema: type[M], path: str | Path, overrides: Sequence[str] = ()
     if preflight is not None:
         try:
             preflight(config)
-        except ConfigError as err:
+        except (ConfigError, StorageError) as err:
             raise ConfigError(f"{source}: {err}") from None
     return config
 

@@ -6,6 +6,7 @@ from scaleforge.config.async_sgd import AsyncSGDConfig
 from scaleforge.config.loader import ConfigError
 from scaleforge.data.preflight import check_data
 from scaleforge.models import build_model, count_parameters
+from scaleforge.storage import check_fields
 
 
 def check_runnable(cfg: AsyncSGDConfig) -> None:
@@ -14,7 +15,9 @@ def check_runnable(cfg: AsyncSGDConfig) -> None:
 
     Raises:
         ConfigError: one line naming the field (``workers.num_workers``, ``server.num_shards``, ...).
+        scaleforge.storage.StorageError: ``artifact.dir`` or ``run.output_dir`` cannot be reached.
     """
+    check_fields({"artifact.dir": cfg.artifact.dir, "run.output_dir": cfg.run.output_dir})
     info = check_data(cfg.data)
     if cfg.workers.num_workers > info.num_train:
         raise ConfigError(f"workers.num_workers ({cfg.workers.num_workers}) is larger than the number of "

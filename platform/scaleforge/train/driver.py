@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 
+from scaleforge import storage
 from scaleforge.artifacts import save_artifact
 from scaleforge.config.schema import TrainJobConfig
 from scaleforge.data import localized
@@ -86,7 +87,7 @@ def run_training(cfg: TrainJobConfig, *, data: Optional[TrainingData] = None,
         torch_config=TorchConfig(backend="nccl" if scaling.use_gpu else "gloo"),
         run_config=RunConfig(
             name=run_name,
-            storage_path=_storage_uri(cfg.run.storage_path),
+            storage_path=storage.normalize(cfg.run.storage_path),  # a URI goes to Ray's (pyarrow) storage layer
             failure_config=FailureConfig(max_failures=cfg.run.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
             logging_config=LoggingConfig(log_level=cfg.run.log_level),
@@ -113,13 +114,12 @@ def run_training(cfg: TrainJobConfig, *, data: Optional[TrainingData] = None,
                              extra={"training": training, **extra}, **shapes)
     metrics = {**final, "resumed_from_epoch": state["resumed_from_epoch"], **state.get("memory", {})}
     return TrainingResult(
-        metrics=metrics, history=state["history"], artifact=artifact, checkpoint_path=result.checkpoint.path,
+        metrics=metrics, history=state["history"], artifact=artifact, checkpoint_path=_checkpoint_location(cfg.run.storage_path, run_name, result.checkpoint.path),
         num_workers=scaling.num_workers, num_parameters=count_parameters(model),
         wall_s=time.perf_counter() - started, notes=[line for hook in hooks for line in hook.summary(metrics)],
     )
 
 
-def _storage_uri(storage_path: str) -> str:
-    if "://" in storage_path:
-        return storage_path  # s3://, gs://, ... go through Ray's (pyarrow) storage layer unchanged
-    return str(Path(storage_path).expanduser().resolve())
+def _checkpoint_location(storage_path: str, run_name: str, path: str) -> str:
+    """Where the final checkpoint is, as the user named the storage (``s3://...``, not ``bucket/...``)."""
+    return storage.join(storage_path, run_name, Path(path).name) if storage.is_uri(storage_path) else path

@@ -4,6 +4,7 @@ from scaleforge.config.loader import ConfigError
 from scaleforge.config.schema import TrainJobConfig
 from scaleforge.data.preflight import check_data
 from scaleforge.models import build_model
+from scaleforge.storage import check_fields
 
 
 def check_runnable(cfg: TrainJobConfig) -> None:
@@ -12,7 +13,10 @@ def check_runnable(cfg: TrainJobConfig) -> None:
 
     Raises:
         ConfigError: one line naming the field (``data.source``, ``scaling.num_workers``, the model's).
+        scaleforge.storage.StorageError: ``artifact.dir`` or ``run.storage_path`` names storage that
+            cannot be reached.
     """
+    check_fields({"artifact.dir": cfg.artifact.dir, "run.storage_path": cfg.run.storage_path})
     info = check_data(cfg.data)
     if cfg.scaling.num_workers > info.num_train:
         raise ConfigError(f"scaling.num_workers ({cfg.scaling.num_workers}) is larger than the number of "
