@@ -7,6 +7,7 @@ serving and calibration share (other artifact kinds plug in there).
 import logging
 
 import numpy as np
+import ray
 import torch
 from ray import serve
 from ray.exceptions import RayActorError
@@ -126,3 +127,9 @@ class ModelServer:
 
     def ready(self) -> bool:
         return True
+
+    def loaded_from(self) -> dict[str, str]:
+        """Where this replica's model came from: the artifact, the local weights file it read (its
+        node's cache for a URI) and its node."""
+        return {"artifact": self.forward.model.source, "weights": self.forward.model.weights,
+                "node_id": ray.get_runtime_context().get_node_id()}

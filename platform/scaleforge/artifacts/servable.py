@@ -15,17 +15,21 @@ from scaleforge.artifacts.store import load_artifact, read_manifest
 
 @dataclass(frozen=True)
 class Servable:
-    """A model ready to run (eval mode), with the shapes requests are validated against."""
+    """A model ready to run (eval mode), with the shapes requests are validated against, where its
+    artifact is (a folder or a URI) and the local weights file read (this node's cache for a URI)."""
 
     module: nn.Module
     input_dim: int
     num_classes: int
+    source: str
+    weights: str
 
 
 def load_servable(artifact: str | os.PathLike) -> Servable:
     """Load and checksum-verify an artifact for inference (no pickle)."""
     loaded = load_artifact(artifact)
-    return Servable(loaded.model.eval(), int(loaded.manifest["input_dim"]), int(loaded.manifest["num_classes"]))
+    return Servable(loaded.model.eval(), int(loaded.manifest["input_dim"]), int(loaded.manifest["num_classes"]),
+                    str(loaded.path), str(loaded.weights))
 
 
 def servable_shapes(artifact: str | os.PathLike) -> tuple[int, int]:
