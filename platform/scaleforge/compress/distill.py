@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from ray.data import TaskPoolStrategy
 
+from scaleforge import storage
 from scaleforge.config.compress import CompressJobConfig, DistillStep
 from scaleforge.config.schema import ArtifactSpec, TrainJobConfig
 from scaleforge.data.ray_datasets import TrainingData, build_ray_datasets
@@ -45,7 +46,7 @@ def with_teacher_logits(data: TrainingData, teacher: str | Path) -> TrainingData
     return replace(data, datasets={**data.datasets, "train": train})
 
 
-def distill(step: DistillStep, teacher: str | Path, cfg: CompressJobConfig, folder: Path) -> dict[str, Optional[Path]]:
+def distill(step: DistillStep, teacher: str | Path, cfg: CompressJobConfig, folder: str) -> dict[str, Optional[Path]]:
     """Train ``step.student`` on the teacher's soft targets (and, if asked, the hard-label baseline).
 
     Returns:
@@ -54,7 +55,7 @@ def distill(step: DistillStep, teacher: str | Path, cfg: CompressJobConfig, fold
     """
     plain = build_ray_datasets(cfg.data)
 
-    def train(target: Path, data: TrainingData, *hooks: Distillation) -> Path:
+    def train(target: str, data: TrainingData, *hooks: Distillation) -> Path:
         job = TrainJobConfig(data=cfg.data, model=step.student, optim=step.optim, scaling=cfg.scaling,
                              run=cfg.run.model_copy(update={"name": None}), artifact=ArtifactSpec(dir=str(target)))
         return run_training(job, data=data, hooks=hooks).artifact
@@ -62,5 +63,5 @@ def distill(step: DistillStep, teacher: str | Path, cfg: CompressJobConfig, fold
     student = train(folder, with_teacher_logits(plain, teacher), Distillation(step.temperature, step.alpha))
     baseline = None
     if step.compare_hard_labels:
-        baseline = train(folder.with_name(folder.name + "-hard-labels"), plain)
+        baseline = train(storage.with_suffix(folder, "-hard-labels"), plain)
     return {"student": student, "hard_labels": baseline}

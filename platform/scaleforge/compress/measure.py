@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from scaleforge.storage import file_sizes
+
 
 @dataclass
 class StepRecord:
@@ -30,8 +32,8 @@ class StepRecord:
 
 
 def folder_bytes(path: str | Path) -> int:
-    """Bytes on disk of an artifact folder (weights + manifest)."""
-    return sum(item.stat().st_size for item in Path(path).iterdir() if item.is_file())
+    """Bytes stored for an artifact (weights + manifest, and an ONNX export beside them), in a folder or under a URI."""
+    return sum(file_sizes(path).values())
 
 
 @torch.inference_mode()

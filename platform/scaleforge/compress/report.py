@@ -1,7 +1,6 @@
 """``report.json``, ``report.md`` and PNG plots of a compression run, every model against the teacher."""
 
 import json
-from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -10,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend chosen first: jobs run headless)
 
 from scaleforge.compress.measure import StepRecord  # noqa: E402
-from scaleforge.storage import write_atomic  # noqa: E402
+from scaleforge.storage import join, write_atomic  # noqa: E402
 
 
 def slim_sentence(report: dict[str, Any]) -> str:
@@ -22,8 +21,8 @@ def slim_sentence(report: dict[str, Any]) -> str:
             f"accuracy {slim['accuracy']:.4f} against {teacher['accuracy']:.4f}")
 
 
-def write_report(out: Path, measured: dict[str, Any], cfg, wall_s: float) -> dict[str, Any]:
-    """Write the three outputs into ``out`` and return the JSON report."""
+def write_report(out: str, measured: dict[str, Any], cfg, wall_s: float) -> dict[str, Any]:
+    """Write the three outputs into ``out`` (a folder or a URI) and return the JSON report."""
     teacher: StepRecord = measured["teacher"]
     report = {
         "teacher": _row(teacher, teacher),
@@ -33,11 +32,10 @@ def write_report(out: Path, measured: dict[str, Any], cfg, wall_s: float) -> dic
         "torch_threads": cfg.measure.threads,
         "wall_s": wall_s,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "report.json", json.dumps(report, indent=2) + "\n")
-    write_atomic(out / "report.md", _markdown(report))
-    _plot_sparsity(report, out / "accuracy_vs_sparsity.png")
-    _plot_tradeoffs(report, out / "accuracy_vs_size_latency.png")
+    write_atomic(join(out, "report.json"), json.dumps(report, indent=2) + "\n")
+    write_atomic(join(out, "report.md"), _markdown(report))
+    _plot_sparsity(report, join(out, "accuracy_vs_sparsity.png"))
+    _plot_tradeoffs(report, join(out, "accuracy_vs_size_latency.png"))
     return report
 
 
@@ -78,7 +76,7 @@ def _md_row(row: dict[str, Any], batches: list[str]) -> str:
             f"{row['parameters']:,} | {row['bytes']:,} | {vs['smaller']:.1f}x | {timing} | {details} |")
 
 
-def _plot_sparsity(report: dict[str, Any], path: Path) -> None:
+def _plot_sparsity(report: dict[str, Any], path: str) -> None:
     figure, axis = plt.subplots(figsize=(6, 4))
     teacher = report["teacher"]["accuracy"]
     for name, rows in report["sweeps"].items():
@@ -92,7 +90,7 @@ def _plot_sparsity(report: dict[str, Any], path: Path) -> None:
     _save_figure(figure, path)
 
 
-def _plot_tradeoffs(report: dict[str, Any], path: Path) -> None:
+def _plot_tradeoffs(report: dict[str, Any], path: str) -> None:
     rows = [report["teacher"], *report["recipe"], *[row for rows in report["sweeps"].values() for row in rows]]
     batch = list(report["teacher"]["latency_ms"])[-1]
     figure, axes = plt.subplots(1, 2, figsize=(12, 5))
@@ -106,8 +104,8 @@ def _plot_tradeoffs(report: dict[str, Any], path: Path) -> None:
     _save_figure(figure, path)
 
 
-def _save_figure(figure, path: Path) -> None:
+def _save_figure(figure, path: str) -> None:
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    write_atomic(path, lambda out: figure.savefig(out, format="png", dpi=120))
     plt.close(figure)
 

@@ -8,15 +8,17 @@ as it can.
 """
 
 import logging
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import ray
 import torch
 from pydantic import TypeAdapter
 
+from scaleforge import storage
 from scaleforge.artifacts import load_artifact, load_model, read_manifest, save_artifact
 from scaleforge.compress.distill import distill
 from scaleforge.compress.finetune import accuracy
@@ -36,16 +38,16 @@ _log = logging.getLogger(__name__)
 class CompressionResult:
     """The slim artifact, the report folder and every measured model."""
 
-    artifact: Path
+    artifact: Union[Path, str]
     report: dict[str, Any]
-    output: Path
+    output: str
     wall_s: float
 
     def summary(self) -> str:
         return "\n".join([
             f"slim model: {slim_sentence(self.report)}",
             f"artifact: {self.artifact}",
-            f"report: {self.output / 'report.md'} ({self.wall_s:.1f} s wall-clock)",
+            f"report: {storage.join(self.output, 'report.md')} ({self.wall_s:.1f} s wall-clock)",
         ])
 
 
@@ -55,17 +57,16 @@ def run_compression(cfg: CompressJobConfig) -> CompressionResult:
     # One intra-op thread count for everything the driver runs: on a loaded machine extra OpenMP
     # threads spin against other processes (a conv step measured 50x slower with 2 threads than 1).
     torch.set_num_threads(cfg.measure.threads)
-    out = Path(cfg.output).expanduser().resolve()
-    teacher_path = Path(cfg.teacher).expanduser().resolve()
+    out, teacher_path = storage.normalize(cfg.output), storage.normalize(cfg.teacher)
     teacher = load_artifact(teacher_path)
     arrays = load_arrays(cfg.data)
     if teacher.manifest.get("dataset", {}).get("fingerprint") not in (None, arrays.fingerprint):
         raise ValueError(f"data: {cfg.data.source} differs from the data the teacher was trained on "
                          f"(fingerprint {teacher.manifest['dataset']['fingerprint'][:19]}...)")
     ensure_ray(min_cpus=cfg.scaling.num_workers * cfg.scaling.resources_per_worker.get("CPU", 1) + 2)
-    chain = _run_recipe(cfg, teacher, arrays, out / "steps")
+    chain = _run_recipe(cfg, teacher, arrays, storage.join(out, "steps"))
     # After the recipe: Ray Train's workers for distillation would otherwise queue behind sweep tasks.
-    sweeps = _gather_sweeps(_launch_sweeps(cfg, teacher_path, out / "sweeps"))
+    sweeps = _gather_sweeps(_launch_sweeps(cfg, teacher_path, storage.join(out, "sweeps")))
 
     entries = [("teacher", "teacher", teacher_path, {}), *chain]
     entries += [point for points in sweeps.values() for point in points]
@@ -74,18 +75,19 @@ def run_compression(cfg: CompressJobConfig) -> CompressionResult:
     remaining = iter(records[len(chain) + 1:])
     for name, points in sweeps.items():
         measured["sweeps"][name] = [next(remaining) for _ in points]
-    final = _save_slim_model(out / "model", chain[-1][2])
+    final = _save_slim_model(storage.join(out, "model"), chain[-1][2])
     report = write_report(out, measured, cfg, wall_s=time.perf_counter() - started)
     return CompressionResult(final, report, out, time.perf_counter() - started)
 
 
-def _run_recipe(cfg: CompressJobConfig, teacher, arrays, folder: Path) -> list[tuple[str, str, Path, dict]]:
+def _run_recipe(cfg: CompressJobConfig, teacher, arrays, folder: str) -> list[tuple[str, str, str, dict]]:
     """Each recipe step starts from the previous step's model; every step's output is an artifact."""
     state = ModelState(teacher.model, MODEL_SPEC.validate_python(teacher.manifest["model"]),
                        list(teacher.manifest.get("architecture", [])))
     current, chain = teacher.path, []
     for index, step in enumerate(cfg.recipe):
-        target = folder / f"{index:02d}-{step.step}"
+        name = f"{index:02d}-{step.step}"
+        target = storage.join(folder, name)
         _log.warning(f"[compress] step {index + 1}/{len(cfg.recipe)}: {step.step}")
         if step.step == "distill":
             trained = distill(step, current, cfg, target)
@@ -94,19 +96,19 @@ def _run_recipe(cfg: CompressJobConfig, teacher, arrays, folder: Path) -> list[t
             if trained["hard_labels"]:
                 chain.append((f"{index:02d}-distill-hard-labels", "distill_baseline", trained["hard_labels"],
                               {"temperature": step.temperature, "alpha": 0.0}))
-            chain.append((target.name, "distill", trained["student"],
+            chain.append((name, "distill", trained["student"],
                           {"temperature": step.temperature, "alpha": step.alpha}))
             current = trained["student"]
             continue
         if step.step == "export":
             current = _save(target, state, teacher.manifest, arrays, {"step": "export"})
             if step.onnx:
-                export_onnx(state.model, target / "model.onnx", arrays.info.input_dim)
-            chain.append((target.name, "export", current, {"onnx": step.onnx}))
+                export_onnx(state.model, storage.join(target, "model.onnx"), arrays.info.input_dim)
+            chain.append((name, "export", current, {"onnx": step.onnx}))
             continue
         state, details = apply_step(step, state, arrays)
         current = _save(target, state, teacher.manifest, arrays, {"step": step.model_dump(mode="json"), **details})
-        chain.append((target.name, step.step, current, details))
+        chain.append((name, step.step, current, details))
     return chain
 
 
@@ -119,18 +121,18 @@ def _sweep_point(step_json: dict, teacher_path: str, data_json: dict, target: st
     state = ModelState(teacher.model, MODEL_SPEC.validate_python(teacher.manifest["model"]),
                        list(teacher.manifest.get("architecture", [])))
     state, details = apply_step(step, state, arrays)
-    _save(Path(target), state, teacher.manifest, arrays, {"step": step_json, **details})
+    _save(target, state, teacher.manifest, arrays, {"step": step_json, **details})
     return details
 
 
-def _launch_sweeps(cfg: CompressJobConfig, teacher: Path, folder: Path) -> dict[str, list]:
+def _launch_sweeps(cfg: CompressJobConfig, teacher: str, folder: str) -> dict[str, list]:
     tasks = {}
     for sweep in cfg.sweeps:
         tasks[sweep.name] = []
         for value, step in zip(sweep.values, sweep.steps()):
-            target = folder / f"{sweep.name}-{value}"
-            ref = _sweep_point.remote(step.model_dump(mode="json"), str(teacher),
-                                      localized(cfg.data).model_dump(mode="json"), str(target))
+            target = storage.join(folder, f"{sweep.name}-{value}")
+            ref = _sweep_point.remote(step.model_dump(mode="json"), teacher,
+                                      localized(cfg.data).model_dump(mode="json"), target)
             tasks[sweep.name].append((f"{sweep.name} {sweep.param}={value}", step.step, target, ref))
     return tasks
 
@@ -147,7 +149,7 @@ def _gather_sweeps(tasks: dict[str, list]) -> dict[str, list]:
     return results
 
 
-def _measure(entries: list[tuple[str, str, Path, dict]], arrays, cfg: CompressJobConfig) -> list[StepRecord]:
+def _measure(entries: list[tuple[str, str, str, dict]], arrays, cfg: CompressJobConfig) -> list[StepRecord]:
     """Every model loaded through the serving loader, then timed side by side (round-robin)."""
     models = {name: load_model(path) for name, _, path, _ in entries}
     latency = latency_table(models, arrays.info.input_dim, cfg.measure.batch_sizes, cfg.measure.repeats,
@@ -158,7 +160,7 @@ def _measure(entries: list[tuple[str, str, Path, dict]], arrays, cfg: CompressJo
             for name, step, path, details in entries]
 
 
-def _save(target: Path, state: ModelState, teacher_manifest: dict, arrays, compression: dict) -> Path:
+def _save(target: str, state: ModelState, teacher_manifest: dict, arrays, compression: dict) -> Path:
     return save_artifact(
         target, state.model, state.spec, input_dim=arrays.info.input_dim, num_classes=arrays.info.num_classes,
         metrics={"test_accuracy": accuracy(state.model, arrays.x_test, arrays.y_test)},
@@ -167,7 +169,7 @@ def _save(target: Path, state: ModelState, teacher_manifest: dict, arrays, compr
     )
 
 
-def _save_slim_model(target: Path, source: Path) -> Path:
+def _save_slim_model(target: str, source: str):
     """The recipe's last artifact, re-exported (verified on load, written atomically) as ``output/model``."""
     artifact = load_artifact(source)
     manifest = artifact.manifest
@@ -178,7 +180,10 @@ def _save_slim_model(target: Path, source: Path) -> Path:
                          extra={"compression": manifest.get("compression", {}), "source": str(source)})
 
 
-def export_onnx(model: torch.nn.Module, path: Path, input_dim: int) -> None:
-    """``model`` as ONNX (dynamic batch) for edge runtimes such as onnxruntime."""
-    torch.onnx.export(model.eval(), (torch.zeros(1, input_dim),), str(path), input_names=["x"], output_names=["logits"],
-                      dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}}, dynamo=False)
+def export_onnx(model: torch.nn.Module, path: str, input_dim: int) -> None:
+    """``model`` as ONNX (dynamic batch) for edge runtimes such as onnxruntime, at a path or a URI."""
+    with tempfile.TemporaryDirectory(prefix="scaleforge-onnx-") as staging:
+        local = Path(staging) / "model.onnx"
+        torch.onnx.export(model.eval(), (torch.zeros(1, input_dim),), str(local), input_names=["x"],
+                          output_names=["logits"], dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}}, dynamo=False)
+        storage.upload(local, path)

@@ -1,6 +1,5 @@
 """The main job's report: a final table, a markdown file and the plots a person would rather look at."""
 
-import shutil
 from pathlib import Path
 
 import torch
@@ -11,6 +10,7 @@ from scaleforge.config import ServeConfig, load_config
 from scaleforge.pipeline.query import test_set
 from scaleforge.pipeline.records import Placement, Records
 from scaleforge.routing.cascade import simulate_cascade
+from scaleforge.storage import join, read_bytes, write_atomic
 
 PLOTS = {
     "training_curves.png": "Training curves (test accuracy per epoch)",
@@ -61,8 +61,8 @@ def write_report(records: Records, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     _training_curves(records, folder / "training_curves.png")
     _sync_vs_async(records, folder / "sync_vs_async.png")
-    shutil.copyfile(Path(records.compress.output) / "accuracy_vs_size_latency.png",
-                    folder / "compression_accuracy_vs_size.png")
+    write_atomic(folder / "compression_accuracy_vs_size.png",
+                 read_bytes(join(records.compress.output, "accuracy_vs_size_latency.png")))
     _cascade_curve(records, folder / "cascade_accuracy_vs_cost.png")
     calibrate = records.calibrate
     markdown = [

@@ -121,3 +121,10 @@ def _info(location: Location) -> pafs.FileInfo:
         return filesystem.get_file_info(path)
     except OSError as err:
         raise StorageError(f"{describe(location)}: {_first_line(err)}") from None
+
+
+def file_sizes(location: Location) -> dict[str, int]:
+    """Name -> bytes of each file directly in the folder (under the prefix, for a URI) at ``location``."""
+    filesystem, path = resolve(location)
+    found = filesystem.get_file_info(pafs.FileSelector(path, recursive=False))
+    return {info.base_name: info.size for info in found if info.type == pafs.FileType.File}
