@@ -11,7 +11,6 @@ and every later one. Stages: teacher, async_sgd, compress, moe, calibrate, serve
 import argparse
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional, Sequence
 
 from scaleforge.config import run_job
@@ -20,12 +19,13 @@ from scaleforge.pipeline import Pipeline, RecordError, Records, StageFailed
 from scaleforge.pipeline.preflight import check_runnable
 from scaleforge.pipeline.report import final_table, write_report
 from scaleforge.runtime import ensure_ray
+from scaleforge.storage import join
 
 
 @dataclass
 class PipelineResult:
     records: Records
-    report: Path
+    report: str
 
     def summary(self) -> str:
         return f"{final_table(self.records)}\nreport: {self.report}"
@@ -36,7 +36,7 @@ def run_pipeline(cfg: PipelineConfig, redo_from: Optional[Stage] = None) -> Pipe
     # Logical CPUs for the Serve stage's many small deployments next to the training stages' workers.
     ensure_ray(min_cpus=8)
     records = pipeline.run()
-    return PipelineResult(records, write_report(records, pipeline.out / "report"))
+    return PipelineResult(records, write_report(records, join(pipeline.out, "report")))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

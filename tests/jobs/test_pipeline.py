@@ -1,6 +1,10 @@
 """The main job end to end with a tiny config: every stage, real Serve, real HTTP; a failed stage
 keeps what came before and ``--from`` resumes there; ``jobs.serve`` of the serve config it wrote is
-ready within 2 minutes."""
+ready within 2 minutes.
+
+Its storage is a bucket of a real S3 server: the failed run, the resumed run and ``jobs.serve`` are
+three processes with a home and a cache folder each, so they share nothing on disk, as the nodes of
+a cluster do not; afterwards no artifact or checkpoint file exists outside the bucket and the caches."""
 
 import json
 import os
@@ -16,6 +20,7 @@ import httpx
 import pytest
 
 from conftest import REPO
+from scaleforge import storage
 
 TINY = [
     "--set", "teacher.set=[data.num_samples=3000, optim.epochs=1, scaling.num_workers=1]",
@@ -48,38 +53,47 @@ def _assert_console_is_ours(run) -> None:
     assert leaked == [], "\n".join(leaked[:20])
 
 
-def _pipeline(output, *extra):
+def _machine(tmp_path, name: str) -> dict[str, str]:
+    """The environment of a process on a machine of its own: its own home and artifact cache."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return {**env, "HOME": str(tmp_path / name / "home"), "SCALEFORGE_CACHE": str(tmp_path / name / "cache"),
+            "MPLCONFIGDIR": str(tmp_path / "matplotlib")}  # matplotlib's font cache, shared to save its rebuild
+
+
+def _pipeline(tmp_path, machine, output, *extra):
     return subprocess.run([sys.executable, "-m", "jobs.pipeline", "--config", "configs/pipeline.yaml",
                            "--set", f"output={output}", *TINY, *extra], cwd=REPO, capture_output=True, text=True,
-                          timeout=900)
+                          timeout=900, env=_machine(tmp_path, machine))
 
 
 @pytest.mark.slow
-def test_pipeline_runs_every_stage_and_resumes_after_a_failure(tmp_path):
-    failed = _pipeline(tmp_path, "--set", "fault.fail_at_stage=async_sgd")
+def test_pipeline_runs_every_stage_and_resumes_after_a_failure(tmp_path, s3):
+    out = s3.uri("pipeline")
+    failed = _pipeline(tmp_path, "first", out, "--set", "fault.fail_at_stage=async_sgd")
     assert failed.returncode == 1
     _assert_console_is_ours(failed)
     # Our own progress: a line per stage and per epoch (sent by the Ray Train workers through a queue).
     assert "[pipeline] 1/7 teacher: running" in failed.stdout and "[train] epoch 1/1" in failed.stdout
     assert "error: stage async_sgd failed: injected failure" in failed.stderr and "--from async_sgd" in failed.stderr
-    records = tmp_path / "records"
-    assert sorted(p.name for p in records.iterdir()) == ["teacher.json"]
-    teacher = json.loads((records / "teacher.json").read_text())["artifact"]
-    manifest_before = (tmp_path / "artifacts" / "teacher" / "manifest.json").read_text()
+    records = storage.join(out, "records")
+    assert sorted(storage.file_sizes(records)) == ["teacher.json"]
+    teacher = json.loads(storage.read_text(storage.join(records, "teacher.json")))["artifact"]
+    manifest = storage.join(out, "artifacts", "teacher", "manifest.json")
+    manifest_before = storage.read_text(manifest)
 
-    resumed = _pipeline(tmp_path, "--from", "async_sgd")
+    resumed = _pipeline(tmp_path, "second", out, "--from", "async_sgd")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     _assert_console_is_ours(resumed)
     assert "[query] cascade: requests" in resumed.stdout
     assert "teacher: reused" in resumed.stdout and "async_sgd: running" in resumed.stdout
     assert "compress: running" in resumed.stdout and "moe: running" in resumed.stdout
-    assert (tmp_path / "artifacts" / "teacher" / "manifest.json").read_text() == manifest_before
-    assert json.loads((records / "teacher.json").read_text())["artifact"] == teacher
+    assert storage.read_text(manifest) == manifest_before
+    assert json.loads(storage.read_text(storage.join(records, "teacher.json")))["artifact"] == teacher
 
     table = resumed.stdout[resumed.stdout.index("served model"):]
     for name in ("teacher", "student", "cascade", "moe"):
         assert f"\n{name} " in table
-    query = json.loads((records / "query.json").read_text())
+    query = json.loads(storage.read_text(storage.join(records, "query.json")))
     assert set(query["models"]) == {"teacher", "student", "cascade", "moe"}
     assert all(row["accuracy"] > 0.2 for row in query["models"].values())  # 10 classes: chance is 0.1
     assert abs(sum(query["models"]["cascade"]["answered_per_stage"]) - 1) < 1e-6
@@ -87,14 +101,19 @@ def test_pipeline_runs_every_stage_and_resumes_after_a_failure(tmp_path):
     placement = query["placement"]
     assert (placement["cpu_nodes"], placement["gpu_nodes"]) == (1, 0) and set(placement["models"].values()) == {"any"}
     assert "one kind of node, Ray's default placement" in table
-    report = tmp_path / "report"
+    report = storage.file_sizes(storage.join(out, "report"))
     for name in ("report.md", "training_curves.png", "sync_vs_async.png", "compression_accuracy_vs_size.png",
                  "cascade_accuracy_vs_cost.png"):
-        assert (report / name).stat().st_size > 0, name
-    _serve_job_is_ready_within_two_minutes(tmp_path / "serve.yaml")
+        assert report.get(name, 0) > 0, name
+    _serve_job_is_ready_within_two_minutes(storage.join(out, "serve.yaml"), _machine(tmp_path, "third"))
+    # Each process downloaded what it loaded into its own cache; nothing else was written locally.
+    assert list((tmp_path / "third" / "cache" / "artifacts").glob("*/model.safetensors"))
+    kept = [p for p in tmp_path.rglob("*") if p.suffix in (".safetensors", ".json", ".pt", ".npz", ".png", ".yaml")
+            and not {"cache", ".cache", "matplotlib"} & set(p.relative_to(tmp_path).parts)]
+    assert kept == [], kept
 
 
-def _serve_job_is_ready_within_two_minutes(config) -> None:
+def _serve_job_is_ready_within_two_minutes(config: str, env: dict[str, str]) -> None:
     """``python -m jobs.serve`` of the config the pipeline wrote, on an embedded Ray of its own: every
     app running and answering within 2 minutes (its deployments ask for more CPUs than this machine
     has cores; the embedded cluster is sized to what they ask)."""
@@ -104,7 +123,7 @@ def _serve_job_is_ready_within_two_minutes(config) -> None:
     began = time.monotonic()
     job = subprocess.Popen([sys.executable, "-m", "jobs.serve", "--config", str(config),
                             "--set", f"http_options.port={port}"], cwd=REPO, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, env={**os.environ, "RAY_ADDRESS": ""})
+                           stderr=subprocess.STDOUT, text=True, env=env)
     try:
         lines = []
         while not any(line.startswith("serving ") for line in lines):

@@ -6,6 +6,7 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from scaleforge import storage
 from scaleforge.storage import StorageError
 
 M = TypeVar("M", bound=BaseModel)
@@ -32,12 +33,12 @@ def load_config(schema: type[M], path: str | Path, overrides: Sequence[str] = ()
         ConfigError: unreadable YAML, a bad override, a validation or a pre-flight failure, each
             line prefixed with the file (and overrides).
     """
-    source = str(path) + (f" (with --set {' '.join(overrides)})" if overrides else "")
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: config file not found")
+    name = storage.describe(path) if storage.is_uri(path) else str(path)
+    source = name + (f" (with --set {' '.join(overrides)})" if overrides else "")
+    text = _read(path, name)
+    path = Path(name)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -56,6 +57,20 @@ def load_config(schema: type[M], path: str | Path, overrides: Sequence[str] = ()
         except (ConfigError, StorageError) as err:
             raise ConfigError(f"{source}: {err}") from None
     return config
+
+
+def _read(path: str | Path, name: str) -> str:
+    """The YAML text of a local file or of an object under a URI (``s3://bucket/serve.yaml``)."""
+    try:
+        if storage.is_uri(path):
+            found = storage.is_file(path)
+        else:
+            found = Path(path).is_file()
+    except StorageError as err:
+        raise ConfigError(str(err)) from None
+    if not found:
+        raise ConfigError(f"{name}: config file not found")
+    return storage.read_text(path) if storage.is_uri(path) else Path(path).read_text()
 
 
 def _apply_override(raw: dict, item: str, path: Path) -> None:

@@ -3,12 +3,12 @@
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
 from scaleforge.config.async_sgd import AsyncSGDConfig
-from scaleforge.storage import write_atomic
+from scaleforge.storage import join, write_atomic
 
 
 @dataclass
@@ -24,9 +24,9 @@ class AsyncSGDResult:
     events: list[dict[str, Any]] = field(default_factory=list)
     startup_s: float = 0.0
     """Seconds from the start of the run until every worker was up (not counted in ``wall_s``)."""
-    artifact: Path = None
-    summary_path: Path = None
-    plot_path: Path = None
+    artifact: Union[Path, str] = None
+    summary_path: Union[Path, str] = None
+    plot_path: Union[Path, str] = None
 
     def summary(self) -> str:
         clock = np.array(self.staleness["clock"]) if self.staleness["clock"] else np.zeros(1)
@@ -43,15 +43,14 @@ class AsyncSGDResult:
 
 
 
-def write_report(output: Path, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> tuple[Path, Path]:
+def write_report(output: str, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> tuple[str, str]:
     """``summary_<mode>.json`` (staleness histograms, events, accuracy over time, the config) and
-    ``accuracy_<mode>.png`` in ``output``; returns both paths."""
+    ``accuracy_<mode>.png`` in ``output`` (a folder or a URI); returns both locations."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    output.mkdir(parents=True, exist_ok=True)
     mode = result.mode
     summary: dict[str, Any] = {
         "mode": mode, "test_accuracy": result.test_accuracy, "updates": result.updates, "wall_s": result.wall_s,
@@ -61,14 +60,14 @@ def write_report(output: Path, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> t
                                 for kind, values in result.staleness.items()},
         "events": result.events, "accuracy_over_time": result.curve, "config": cfg.model_dump(mode="json"),
     }
-    summary_path = output / f"summary_{mode}.json"
+    summary_path = join(output, f"summary_{mode}.json")
     write_atomic(summary_path, json.dumps(summary, indent=2) + "\n")
     figure, axis = plt.subplots(figsize=(6, 4))
     axis.plot([p["seconds"] for p in result.curve], [p["test_accuracy"] for p in result.curve], marker=".", label=mode)
     axis.set(xlabel="wall-clock (s)", ylabel="test accuracy", title=f"Parameter server, {mode}")
     axis.grid(alpha=0.3)
     axis.legend()
-    plot_path = output / f"accuracy_{mode}.png"
-    figure.savefig(plot_path, dpi=100, bbox_inches="tight")
+    plot_path = join(output, f"accuracy_{mode}.png")
+    write_atomic(plot_path, lambda out: figure.savefig(out, format="png", dpi=100, bbox_inches="tight"))
     plt.close(figure)
     return summary_path, plot_path

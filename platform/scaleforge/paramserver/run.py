@@ -3,7 +3,6 @@
 import math
 import time
 import uuid
-from pathlib import Path
 
 import numpy as np
 import ray
@@ -11,6 +10,7 @@ import torch
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from scaleforge import storage
 from scaleforge.artifacts import save_artifact
 from scaleforge.config.async_sgd import AsyncSGDConfig
 from scaleforge.data import load_arrays, localized
@@ -74,10 +74,10 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
     server, workers_cfg, info = cfg.server, cfg.workers, data.info
     layout = ParamLayout.of(model)
     ranges = layout.shard_ranges(server.num_shards)
-    output = Path(cfg.run.output_dir).expanduser().resolve()
+    output = storage.normalize(cfg.run.output_dir)
     options = dict(optimizer=server.optimizer, lr=server.lr, momentum=server.momentum, mode=server.mode,
                    num_workers=workers_cfg.num_workers, staleness_bound=server.staleness_bound,
-                   staleness_aware_lr=server.staleness_aware_lr, checkpoint_dir=str(output / "checkpoints"),
+                   staleness_aware_lr=server.staleness_aware_lr, checkpoint_dir=storage.join(output, "checkpoints"),
                    checkpoint_every=server.checkpoint_every)
     initial_slices = [InitialSlice(cfg.model.model_dump(mode="json"), workers_cfg.seed, info.input_dim, info.num_classes,
                                    a, b) for a, b in ranges]

@@ -12,22 +12,22 @@ Two staleness measures are recorded for every gradient:
 """
 
 import asyncio
+import json
 import os
 import signal
 import warnings
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import ray
 import torch
-from safetensors.torch import load_file, save
+from safetensors.torch import save
 
 from scaleforge.paramserver.layout import InitialSlice
 from scaleforge.paramserver.outbox import RESEND, Inbox, SharedGradient
 from scaleforge.paramserver.window import ParamWindow
-from scaleforge.storage import write_atomic
+from scaleforge.storage import is_file, join, read_bytes, write_atomic
 
 
 @ray.remote
@@ -64,7 +64,7 @@ class ParameterShard:
         self.clocks, self.pending = {w: 0 for w in range(num_workers)}, {}
         self.staleness: dict[str, list[int]] = {"clock": [], "updates": []}
         self.changed = asyncio.Condition()
-        self.checkpoint_path = Path(checkpoint_dir) / f"shard{index}.safetensors" if checkpoint_dir else None
+        self.checkpoint_path = join(checkpoint_dir, f"shard{index}.safetensors") if checkpoint_dir else None
         self.checkpoint_every = checkpoint_every
         self.restored_version = self._restore()
         # Sync mode: the round whose gradients `pending` collects (== version until a restore). After a
@@ -209,16 +209,23 @@ class ParameterShard:
 
     def _restore(self) -> int:
         """After a restart (never on a fresh start), load the last checkpoint; returns its version."""
-        if not (self.incarnation and self.checkpoint_path and self.checkpoint_path.is_file()):
+        if not (self.incarnation and self.checkpoint_path and is_file(self.checkpoint_path)):
             return 0
-        from safetensors import safe_open
+        from safetensors.torch import load
 
-        with safe_open(str(self.checkpoint_path), "pt") as handle:
-            metadata = handle.metadata()
-        tensors = load_file(self.checkpoint_path)
+        blob = read_bytes(self.checkpoint_path)  # a local file or an object in the bucket
+        metadata = _safetensors_metadata(blob)
+        tensors = load(blob)
         with self._writing(), torch.no_grad():
             self.param.copy_(tensors.pop("param"))
             self.version = int(metadata["version"])
         self.optimizer.state[self.param] = {k.removeprefix("opt."): v for k, v in tensors.items()}
         self.clocks = {int(w): int(c) for w, c in (item.split(":") for item in metadata["clocks"].split(",") if item)}
         return self.version
+
+
+def _safetensors_metadata(blob: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file held in memory: its JSON header, after the header's
+    8-byte little-endian length (``safe_open`` reads metadata from a local file only)."""
+    size = int.from_bytes(blob[:8], "little")
+    return json.loads(blob[8:8 + size]).get("__metadata__", {})

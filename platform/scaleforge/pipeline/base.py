@@ -2,7 +2,6 @@
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, ClassVar, TypeVar
 
 from pydantic import BaseModel
@@ -19,7 +18,7 @@ class StageContext:
     """What a stage sees: the job's config, its output folder, and the records of the stages before it."""
 
     cfg: PipelineConfig
-    out: Path
+    out: str
     records: Records
     log: Callable[[str], None]
     started: float

@@ -1,6 +1,5 @@
 """The main job's report: a final table, a markdown file and the plots a person would rather look at."""
 
-from pathlib import Path
 
 import torch
 
@@ -53,17 +52,16 @@ def placement_line(placement: Placement) -> str:
     return f"placement: {nodes}; one kind of node, Ray's default placement"
 
 
-def write_report(records: Records, folder: Path) -> Path:
-    """``report.md`` and its plots in ``folder``; returns the markdown's path."""
+def write_report(records: Records, folder: str) -> str:
+    """``report.md`` and its plots in ``folder`` (a local folder or a URI); returns the markdown's location."""
     import matplotlib
 
     matplotlib.use("Agg")
-    folder.mkdir(parents=True, exist_ok=True)
-    _training_curves(records, folder / "training_curves.png")
-    _sync_vs_async(records, folder / "sync_vs_async.png")
-    write_atomic(folder / "compression_accuracy_vs_size.png",
+    _training_curves(records, join(folder, "training_curves.png"))
+    _sync_vs_async(records, join(folder, "sync_vs_async.png"))
+    write_atomic(join(folder, "compression_accuracy_vs_size.png"),
                  read_bytes(join(records.compress.output, "accuracy_vs_size_latency.png")))
-    _cascade_curve(records, folder / "cascade_accuracy_vs_cost.png")
+    _cascade_curve(records, join(folder, "cascade_accuracy_vs_cost.png"))
     calibrate = records.calibrate
     markdown = [
         "# scaleforge pipeline report", "",
@@ -74,8 +72,8 @@ def write_report(records: Records, folder: Path) -> Path:
     ]
     for name, title in PLOTS.items():
         markdown += [f"## {title}", "", f"![{title}]({name})", ""]
-    path = folder / "report.md"
-    path.write_text("\n".join(markdown))
+    path = join(folder, "report.md")
+    write_atomic(path, "\n".join(markdown))
     return path
 
 
@@ -87,13 +85,13 @@ def _figure():
     return plt, figure, axis
 
 
-def _save(plt, figure, axis, path: Path) -> None:
+def _save(plt, figure, axis, path: str) -> None:
     axis.legend()
-    figure.savefig(path, dpi=100, bbox_inches="tight")
+    write_atomic(path, lambda out: figure.savefig(out, format="png", dpi=100, bbox_inches="tight"))
     plt.close(figure)
 
 
-def _training_curves(records: Records, path: Path) -> None:
+def _training_curves(records: Records, path: str) -> None:
     plt, figure, axis = _figure()
     for stage, trained in (("teacher", records.teacher), ("moe", records.moe)):
         history = trained.history
@@ -102,7 +100,7 @@ def _training_curves(records: Records, path: Path) -> None:
     _save(plt, figure, axis, path)
 
 
-def _sync_vs_async(records: Records, path: Path) -> None:
+def _sync_vs_async(records: Records, path: str) -> None:
     plt, figure, axis = _figure()
     for mode, run in records.async_sgd.runs.items():
         axis.plot([p.seconds for p in run.curve], [p.test_accuracy for p in run.curve], label=mode)
@@ -110,7 +108,7 @@ def _sync_vs_async(records: Records, path: Path) -> None:
     _save(plt, figure, axis, path)
 
 
-def _cascade_curve(records: Records, path: Path) -> None:
+def _cascade_curve(records: Records, path: str) -> None:
     """Every threshold's accuracy and escalation share on the test set, the calibrated one marked."""
     app = load_config(ServeConfig, records.calibrate.serve_config).applications[0].args
     cascade = app.cascades[0]

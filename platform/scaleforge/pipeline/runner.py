@@ -8,7 +8,6 @@ any stage (or Ray) starts.
 """
 
 import time
-from pathlib import Path
 from typing import Callable, Optional
 
 from pydantic import ValidationError
@@ -19,6 +18,7 @@ from scaleforge.pipeline.query import QueryStage
 from scaleforge.pipeline.records import Records, StageRecord
 from scaleforge.pipeline.serve import ServeStage
 from scaleforge.pipeline.stages import AsyncSGDStage, CalibrateStage, CompressStage, MoEStage, TeacherStage
+from scaleforge import storage
 from scaleforge.storage import write_atomic
 
 _BY_NAME: dict[str, type[PipelineStage]] = {stage.name: stage for stage in (
@@ -47,15 +47,15 @@ class Pipeline:
 
     def __init__(self, cfg: PipelineConfig, redo_from: Optional[Stage] = None, log: Callable[[str], None] = print):
         self.cfg, self.log = cfg, log
-        self.out = Path(cfg.output).expanduser().resolve()
+        self.out = storage.normalize(cfg.output)
         self.records = Records()
         kept = PIPELINE[:STAGES.index(redo_from)] if redo_from else PIPELINE
         self._reused = {stage.name: record for stage in kept if stage.reusable
                         and (record := self._read_record(stage)) is not None}
 
-    def record_path(self, stage: Stage) -> Path:
-        """``records/<stage>.json`` in the output folder."""
-        return self.out / "records" / f"{stage}.json"
+    def record_path(self, stage: Stage) -> str:
+        """``records/<stage>.json`` in the output folder (or under the output URI)."""
+        return storage.join(self.out, "records", f"{stage}.json")
 
     def run(self) -> Records:
         """Every stage, reused or run; whatever a stage started is freed at the end, also on failure.
@@ -97,10 +97,10 @@ class Pipeline:
 
     def _read_record(self, stage: type[PipelineStage]) -> Optional[StageRecord]:
         path = self.record_path(stage.name)
-        if not path.is_file():
+        if not storage.is_file(path):
             return None
         try:
-            return stage.record.model_validate_json(path.read_text())
+            return stage.record.model_validate_json(storage.read_text(path))
         except ValidationError as err:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
             raise RecordError(f"{path}: {problems} (redo the stage: --from {stage.name})") from None

@@ -6,7 +6,7 @@ overrides) and the paths of this run forced in; each returns its typed record.
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import yaml
 
@@ -17,7 +17,7 @@ from scaleforge.config.pipeline import StageSpec
 from scaleforge.pipeline.base import PipelineStage, StageContext
 from scaleforge.pipeline.records import (AsyncRun, AsyncSGDRecord, CalibrateRecord, CompressRecord, MoEParts,
                                          MoERecord, TrainRecord)
-from scaleforge.storage import write_atomic
+from scaleforge.storage import join, write_atomic
 
 
 class TeacherStage(PipelineStage):
@@ -43,8 +43,8 @@ class AsyncSGDStage(PipelineStage):
         runs = {}
         for mode in ctx.cfg.async_sgd.modes:
             cfg = ctx.stage_config(AsyncSGDConfig, ctx.cfg.async_sgd, f"server.mode={mode}",
-                                   f"run.output_dir={ctx.out / 'async_sgd'}",
-                                   f"artifact.dir={ctx.out / 'artifacts' / f'async_{mode}'}", preflight=check_runnable)
+                                   f"run.output_dir={join(ctx.out, 'async_sgd')}",
+                                   f"artifact.dir={join(ctx.out, 'artifacts', f'async_{mode}')}", preflight=check_runnable)
             result = run_async_sgd(cfg)
             runs[mode] = AsyncRun(test_accuracy=result.test_accuracy, updates=result.updates, wall_s=result.wall_s,
                                   curve=_plain(result.curve), artifact=str(result.artifact), plot=str(result.plot_path))
@@ -62,7 +62,7 @@ class CompressStage(PipelineStage):
         from scaleforge.compress.run import run_compression
 
         cfg = ctx.stage_config(CompressJobConfig, ctx.cfg.compress, f"teacher={ctx.records.teacher.artifact}",
-                               f"output={ctx.out / 'artifacts' / 'compressed'}", f"run.storage_path={ctx.out / 'runs'}",
+                               f"output={join(ctx.out, 'artifacts', 'compressed')}", f"run.storage_path={join(ctx.out, 'runs')}",
                                preflight=check_runnable)
         result = run_compression(cfg)
         return CompressRecord(artifact=str(result.artifact), output=str(result.output), report=_plain(result.report))
@@ -105,14 +105,14 @@ def _train(ctx: StageContext, spec: StageSpec, stage: str) -> TrainRecord:
     from scaleforge.train import run_training
     from scaleforge.train.preflight import check_runnable
 
-    cfg = ctx.stage_config(TrainJobConfig, spec, f"artifact.dir={ctx.out / 'artifacts' / stage}",
-                           f"run.storage_path={ctx.out / 'runs'}", preflight=check_runnable)
+    cfg = ctx.stage_config(TrainJobConfig, spec, f"artifact.dir={join(ctx.out, 'artifacts', stage)}",
+                           f"run.storage_path={join(ctx.out, 'runs')}", preflight=check_runnable)
     result = run_training(cfg)
     return TrainRecord(artifact=str(result.artifact), metrics=_plain(result.metrics), history=_plain(result.history),
                        parameters=result.num_parameters)
 
 
-def write_serve_config(ctx: StageContext) -> Path:
+def write_serve_config(ctx: StageContext) -> Union[Path, str]:
     """Write ``serve.yaml`` into the output folder: ``serve.config`` (with ``serve.set``), its models
     pointed at this run's artifacts and its MoE routers at this run's experts.
 
@@ -135,10 +135,10 @@ def write_serve_config(ctx: StageContext) -> Path:
     routers = [r.model_copy(update={"experts": [f"moe-expert-{i}" for i in range(len(experts))]}) for r in app.args.moe]
     args = app.args.model_copy(update={"models": models, "moe": routers})
     cfg = cfg.model_copy(update={"applications": [app.model_copy(update={"args": args}), *cfg.applications[1:]]})
-    return _write_yaml(ctx.out / "serve.yaml", cfg, f"# ray serve config written by jobs.pipeline from {spec.config}\n")
+    return _write_yaml(join(ctx.out, "serve.yaml"), cfg, f"# ray serve config written by jobs.pipeline from {spec.config}\n")
 
 
-def _write_yaml(path: Path, cfg: ServeConfig, header: str) -> Path:
+def _write_yaml(path: str, cfg: ServeConfig, header: str) -> Union[Path, str]:
     """The fields that were set (the file reads like the one it came from), validated again first:
     ``model_copy(update=...)`` runs no validators."""
     fields = cfg.model_dump(mode="json", exclude_unset=True)

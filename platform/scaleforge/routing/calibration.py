@@ -9,6 +9,7 @@ did not calibrate on.
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Union
 
 import numpy as np
 import torch
@@ -21,7 +22,7 @@ from scaleforge.config.serve import CascadeEntry, ServeConfig, finite_or_inf
 from scaleforge.data import load_arrays
 from scaleforge.data.preflight import check_files
 from scaleforge.routing.cascade import calibrate_thresholds, simulate_cascade
-from scaleforge.storage import write_atomic
+from scaleforge.storage import is_file, read_text, write_atomic
 
 
 @dataclass
@@ -34,7 +35,7 @@ class CalibrationResult:
     accuracy: float
     last_stage_accuracy: float
     held_out: int
-    written_to: Path
+    written_to: Union[Path, str]
 
     def summary(self) -> str:
         shares = ", ".join(f"stage {i}: {share:.1%}" for i, share in enumerate(self.answered_per_stage))
@@ -51,13 +52,13 @@ def check_runnable(cfg: CalibrateConfig) -> None:
         ConfigError: ``serve_config: '...' does not exist``, or the data file that is missing.
     """
     check_files(cfg.data)
-    if not Path(cfg.serve_config).is_file():
+    if not is_file(cfg.serve_config):
         raise ConfigError(f"serve_config: {cfg.serve_config!r} does not exist")
 
 
 def calibrate_cascade(cfg: CalibrateConfig) -> CalibrationResult:
     """Fit the thresholds of ``cfg``'s cascade and write them into the Serve config (atomically)."""
-    raw = yaml.safe_load(Path(cfg.serve_config).read_text())
+    raw = yaml.safe_load(read_text(cfg.serve_config))
     serve_cfg = ServeConfig.model_validate(raw)
     app_index, cascade_index, cascade = _find_cascade(serve_cfg, cfg)
     models = serve_cfg.applications[app_index].args
@@ -75,8 +76,8 @@ def calibrate_cascade(cfg: CalibrateConfig) -> CalibrationResult:
     for stage, threshold in zip(raw["applications"][app_index]["args"]["cascades"][cascade_index]["stages"], thresholds):
         stage["threshold"] = threshold
     ServeConfig.model_validate(raw)
-    target = Path(cfg.output or cfg.serve_config)
-    _write_yaml(target, raw, _header(Path(cfg.serve_config)))
+    target = write_atomic(cfg.output or cfg.serve_config,
+                          _header(cfg.serve_config) + yaml.safe_dump(raw, sort_keys=False))
     return CalibrationResult(
         cascade.name, thresholds, [result.answered_at(i) for i in range(len(stages))],
         _accuracy(result.probs, labels[1]), _accuracy(probs[1][-1], labels[1]), len(labels[1]), target)
@@ -122,11 +123,8 @@ def _accuracy(probs: torch.Tensor, labels: torch.Tensor) -> float:
     return float((probs.argmax(dim=-1) == labels).float().mean())
 
 
-def _header(path: Path) -> str:
+def _header(path: str) -> str:
     """The config's leading comment lines (the command that runs it), kept on rewrite."""
-    lines = path.read_text().splitlines(keepends=True)
+    lines = read_text(path).splitlines(keepends=True)
     return "".join(line for line in lines[:next((i for i, l in enumerate(lines) if not l.startswith("#")), 0)])
 
-
-def _write_yaml(target: Path, raw: dict, header: str) -> None:
-    write_atomic(target, header + yaml.safe_dump(raw, sort_keys=False))
