@@ -12,6 +12,7 @@ from conftest import REPO
 from scaleforge.artifacts import load_artifact
 from scaleforge.config import TrainJobConfig, load_config
 from scaleforge.data import load_mnist1d
+from scaleforge.storage import is_file, join
 from scaleforge.train import TrainHook, run_training
 
 
@@ -32,27 +33,28 @@ def _config(name, tmp_path, *overrides):
 
 
 @pytest.mark.slow
-def test_a_job_on_parquet_resumes_after_a_worker_death_and_exports_what_it_reported(ray_cluster, tmp_path):
-    """One job, as a user would run it on their own data: Parquet input, checkpoints under a
-    ``file://`` URI, a hook of their own, and rank 1 killed halfway through epoch 2. The restart
-    loads the epoch-1 checkpoint, every epoch runs once, the hook's metric rides along every epoch,
-    and the exported weights score exactly what the job reported. (The full config's bar and time
-    limit through the same fault: ``bench/training.py``.)"""
+def test_a_job_on_parquet_resumes_after_a_worker_death_from_the_buckets_checkpoint(ray_cluster, tmp_path, s3):
+    """One job, as a user would run it on their own data: Parquet input, checkpoints and the artifact
+    in a bucket (a real S3 server), a hook of their own, and rank 1 killed halfway through epoch 2.
+    The restart loads the epoch-1 checkpoint from the bucket, every epoch runs once, the hook's metric
+    rides along every epoch, and the exported weights score exactly what the job reported. (The full
+    config's bar and time limit through the same fault: ``bench/training.py``.)"""
     data = load_mnist1d(4000, 7, 0.2, "~/.cache/scaleforge")
     for split, (x, y) in {"train": (data["x"], data["y"]), "test": (data["x_test"], data["y_test"])}.items():
         pq.write_table(pa.table({"x": pa.array(list(x), type=pa.list_(pa.float32())), "y": pa.array(y)}),
                        tmp_path / f"{split}.parquet")
     cfg = _config("train_dp.yaml", tmp_path, f"data.source={tmp_path / 'train.parquet'}",
                   f"data.test_path={tmp_path / 'test.parquet'}", "optim.epochs=3", "fault.kill_worker_at_epoch=2",
-                  f"run.storage_path=file://{tmp_path / 'uri-runs'}")
+                  f"run.storage_path={s3.uri('dp/runs')}", f"artifact.dir={s3.uri('dp/artifact')}")
     result = run_training(cfg, hooks=[ParameterNorm()])
     summary = result.summary()
     assert result.metrics["test_accuracy"] > 0.4, summary  # 10 classes: chance is 0.1; 3 epochs on 3,200
-    assert "resumed from the checkpoint of epoch 1" in summary and str(tmp_path / "artifact") in summary
+    assert "resumed from the checkpoint of epoch 1" in summary and f"artifact: {s3.uri('dp/artifact')}" in summary
     assert result.metrics["resumed_from_epoch"] == 1, "the restarted run did not resume from its checkpoint"
     assert [h["epoch"] for h in result.history] == [1, 2, 3], "epochs were repeated or skipped"
     assert [h["resumed_from_epoch"] for h in result.history] == [0, 1, 1]
-    assert result.checkpoint_path.startswith(str(tmp_path / "uri-runs"))
+    assert result.checkpoint_path.startswith("s3://scaleforge-test/dp/runs/train-")
+    assert is_file(join(result.checkpoint_path, "trainer_state.json"))
     artifact = load_artifact(result.artifact)
     manifest = artifact.manifest
     assert manifest["dataset"]["num_train"] == 3200 and manifest["dataset"]["fingerprint"].startswith("sha256:")
