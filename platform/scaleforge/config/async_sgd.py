@@ -53,7 +53,7 @@ class WorkerSpec(_Section):
 
 class PSRunSpec(_Section):
     output_dir: str = "~/scaleforge/async_sgd"
-    """Where the run summary (JSON), the accuracy plot (PNG) and shard checkpoints go."""
+    """Where the run summary (JSON), the accuracy plot (PNG) and shard checkpoints go: a folder or a URI."""
     eval_every_s: PositiveFloat = 1.0
     """Wall-clock seconds between test-accuracy measurements."""
     stop_at_accuracy: Optional[float] = Field(default=None, gt=0.0, le=1.0)

@@ -13,7 +13,7 @@ class CalibrateConfig(_Section):
     """``python -m jobs.calibrate``: fit a cascade's thresholds on validation data, write them into the serve config."""
 
     serve_config: str = "configs/serve.yaml"
-    """The Ray Serve config whose cascade is calibrated (rewritten in place, atomically)."""
+    """The Ray Serve config (a file or a URI) whose cascade is calibrated (rewritten in place, atomically)."""
     application: Optional[str] = None
     """App in ``serve_config`` (default: the first)."""
     cascade: Optional[str] = None

@@ -144,7 +144,7 @@ class CompressJobConfig(_Section):
     """``python -m jobs.compress``: compress a trained model artifact with an ordered recipe."""
 
     teacher: str = "~/scaleforge/artifacts/teacher"
-    """Artifact folder of the model to compress (its sha256 is verified before anything runs)."""
+    """Artifact (folder or URI) of the model to compress (its sha256 is verified before anything runs)."""
     data: DataSpec = Field(default_factory=DataSpec)
     """The data the teacher was trained on (fine-tuning, calibration, distillation, evaluation)."""
     recipe: list[Step] = Field(min_length=1)
@@ -157,7 +157,7 @@ class CompressJobConfig(_Section):
     run: RunSpec = Field(default_factory=RunSpec)
     """Checkpoint storage of the distillation runs."""
     output: str = "~/scaleforge/artifacts/compressed"
-    """Folder for the slim artifact (``output/model``), every step's artifact and the report."""
+    """Folder or URI for the slim artifact (``output/model``), every step's artifact and the report."""
 
     @model_validator(mode="after")
     def _in_memory_data(self) -> "CompressJobConfig":

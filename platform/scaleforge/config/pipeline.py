@@ -57,7 +57,8 @@ class PipelineConfig(_Section):
     """``python -m jobs.pipeline``: train, compress, calibrate, serve, query, report."""
 
     output: str = "~/scaleforge/pipeline"
-    """Every stage's artifacts, records and the report go under this folder."""
+    """The storage root: every stage's artifacts, runs, records, the serve config and the report go under
+    this folder or URI (``s3://bucket/scaleforge/pipeline`` on a cluster whose nodes share no disk)."""
     teacher: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/train_teacher.yaml"))
     async_sgd: AsyncStageSpec = Field(default_factory=lambda: AsyncStageSpec(config="configs/async_sgd.yaml"))
     compress: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/compress.yaml"))

@@ -73,7 +73,7 @@ class ArtifactSpec(_Section):
     """Where the trained model is exported."""
 
     dir: str = "~/scaleforge/artifacts/model"
-    """Artifact folder (``model.safetensors`` + ``manifest.json``); replaced atomically."""
+    """Artifact folder (``model.safetensors`` + ``manifest.json``), or a URI (``s3://bucket/prefix``); replaced atomically."""
 
 
 class FaultSpec(_Section):

@@ -22,7 +22,7 @@ class ModelEntry(DeploymentSpec):
     name: str = Field(pattern=NAME_PATTERN)
     """Model name in the URL: ``/v2/models/{name}``."""
     artifact: str
-    """Artifact folder (``manifest.json`` + ``model.safetensors``)."""
+    """Artifact folder (``manifest.json`` + ``model.safetensors``), or its URI (read through the node's cache)."""
     max_batch_size: PositiveInt = 8
     """Requests that ``@serve.batch`` merges into one forward pass (at most ``max_ongoing_requests``:
     a replica never holds more requests than that at once)."""
