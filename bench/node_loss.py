@@ -15,9 +15,15 @@ One after another on one cluster (a fresh node replaces the one the previous dri
 Prints what each lost and how it ended, beside its bar (met/missed); exit status 1 if one is missed.
 The suite covers each failure within a node (a killed worker, shard, replica); this is the
 multi-node version, which takes minutes of cluster time.
+
+The nodes share no disk, as on a cloud cluster: every checkpoint, artifact and record goes to a bucket
+of a real S3 server (moto's, started on 127.0.0.1, see ``scaleforge.storage.local_s3``), each node has
+an artifact cache of its own, and a restarted shard or training run resumes from the bucket.
 """
 
+import itertools
 import json
+import os
 import sys
 import threading
 import time
@@ -31,7 +37,9 @@ sys.path[:0] = [str(REPO / "platform"), str(REPO)]
 
 from bars import print_bars  # noqa: E402
 
+from scaleforge import storage  # noqa: E402
 from scaleforge.config import AsyncSGDConfig, TrainJobConfig, load_config  # noqa: E402
+from scaleforge.storage.local_s3 import LocalS3  # noqa: E402
 
 
 def _node_of(class_name: str, cluster: Cluster, deadline_s: float = 120):
@@ -62,13 +70,13 @@ def _remove_later(cluster: Cluster, pick_node, removed: dict) -> threading.Threa
     return thread
 
 
-def async_sgd(cluster: Cluster, output: Path) -> dict:
+def async_sgd(cluster: Cluster, output: str) -> dict:
     """Remove the node holding shard 0 once the run has checkpointed a few times."""
     from scaleforge.paramserver import run_async_sgd
 
     cfg = load_config(AsyncSGDConfig, REPO / "configs/async_sgd.yaml", [
         "data.num_samples=8000", "workers.epochs=12", "server.checkpoint_every=25", "run.eval_every_s=1",
-        f"run.output_dir={output / 'out'}", f"artifact.dir={output / 'artifact'}",
+        f"run.output_dir={storage.join(output, 'out')}", f"artifact.dir={storage.join(output, 'artifact')}",
     ])
     removed: dict = {}
 
@@ -79,32 +87,34 @@ def async_sgd(cluster: Cluster, output: Path) -> dict:
 
     _remove_later(cluster, shard_node_after_a_while, removed)
     result = run_async_sgd(cfg)
+    shards = storage.file_sizes(storage.join(output, "out", "checkpoints"))
     return {"test_accuracy": result.test_accuracy, "events": result.events, "removed": removed.get("node_id"),
-            "checkpoint_every": cfg.server.checkpoint_every, "updates": result.updates}
+            "checkpoint_every": cfg.server.checkpoint_every, "updates": result.updates,
+            "in_bucket": sorted(shards) == [f"shard{i}.safetensors" for i in range(cfg.server.num_shards)]}
 
 
-def _registered_checkpoints(snapshot: Path) -> list:
+def _registered_checkpoints(snapshot: str) -> list:
     try:
-        return json.loads(snapshot.read_text()).get("checkpoint_results", [])
-    except (OSError, ValueError):  # not written yet, or caught mid-write
+        return json.loads(storage.read_text(snapshot)).get("checkpoint_results", [])
+    except (OSError, ValueError):  # not written yet
         return []
 
 
-def train(cluster: Cluster, output: Path) -> dict:
+def train(cluster: Cluster, output: str) -> dict:
     """Remove a training worker's node once the first checkpoint is registered; the surviving nodes have
     room (the surviving worker fails at its next collective, and the controller restarts the group)."""
     from scaleforge.train import run_training
 
     cfg = load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", [
-        "data.num_samples=20000", "optim.epochs=5", "run.max_failures=2", f"run.storage_path={output / 'runs'}",
-        "run.name=node-loss", f"artifact.dir={output / 'artifact'}",
+        "data.num_samples=20000", "optim.epochs=5", "run.max_failures=2", f"run.storage_path={storage.join(output, 'runs')}",
+        "run.name=node-loss", f"artifact.dir={storage.join(output, 'artifact')}",
     ])
     removed: dict = {}
 
     def worker_node_after_a_checkpoint():
         # Registered by Ray Train's controller, not merely written: a checkpoint folder appears
         # before the controller has recorded it, and a loss then restarts the run from scratch.
-        snapshot = output / "runs" / "node-loss" / "checkpoint_manager_snapshot.json"
+        snapshot = storage.join(output, "runs", "node-loss", "checkpoint_manager_snapshot.json")
         while not _registered_checkpoints(snapshot):
             time.sleep(0.2)
         return _node_of("RayTrainWorker", cluster)
@@ -112,10 +122,12 @@ def train(cluster: Cluster, output: Path) -> dict:
     _remove_later(cluster, worker_node_after_a_checkpoint, removed)
     result = run_training(cfg)
     return {"test_accuracy": result.metrics["test_accuracy"], "resumed_from_epoch": result.metrics["resumed_from_epoch"],
-            "epochs": [h["epoch"] for h in result.history], "removed": removed.get("node_id")}
+            "epochs": [h["epoch"] for h in result.history], "removed": removed.get("node_id"),
+            "in_bucket": result.checkpoint_path.startswith("s3://") and storage.is_file(
+                storage.join(result.checkpoint_path, "trainer_state.json"))}
 
 
-def serve_app(cluster: Cluster, output: Path) -> dict:
+def serve_app(cluster: Cluster, output: str) -> dict:
     """A Serve app with its replicas on two nodes, under load from 4 clients; one node goes away."""
     import httpx
     from ray import serve
@@ -127,7 +139,7 @@ def serve_app(cluster: Cluster, output: Path) -> dict:
     from serving.app import build_app
 
     data = load_mnist1d(4000, 42, 0.2, "~/.cache/scaleforge")
-    artifact = fit_and_save(output / "model", MLPSpec(hidden=[64]), data, epochs=3)
+    artifact = fit_and_save(storage.join(output, "model"), MLPSpec(hidden=[64]), data, epochs=3)
     spread = {"replicas": 2, "max_replicas_per_node": 1, "num_cpus": 0.5}
     (port,) = free_ports(1)
     serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
@@ -179,11 +191,13 @@ def _rows(results: dict) -> list[tuple[str, str, str, bool]]:
     bound = ps["checkpoint_every"]
     return [
         ("async_sgd.yaml, a shard's node lost", f"accuracy {ps['test_accuracy']:.4f}, {len(restored)} shard(s) "
-         f"restored, at most {lost} updates lost", f">= 0.9, restored, <= {bound} lost",
-         bool(ps["removed"]) and bool(restored) and ps["test_accuracy"] >= 0.9 and 0 <= lost <= bound),
-        ("train_dp.yaml, a worker's node lost", f"accuracy {train_run['test_accuracy']:.4f}, resumed from epoch "
-         f"{train_run['resumed_from_epoch']}, epochs {train_run['epochs']}", ">= 0.9, resumed, each epoch once",
-         bool(train_run["removed"]) and train_run["test_accuracy"] >= 0.9 and train_run["resumed_from_epoch"] >= 1
+         f"restored from the bucket, at most {lost} updates lost", f">= 0.9, restored, <= {bound} lost",
+         bool(ps["removed"]) and bool(restored) and ps["in_bucket"] and ps["test_accuracy"] >= 0.9
+         and 0 <= lost <= bound),
+        ("train_dp.yaml, a worker's node lost", f"accuracy {train_run['test_accuracy']:.4f}, resumed from the "
+         f"bucket's epoch-{train_run['resumed_from_epoch']} checkpoint, epochs {train_run['epochs']}",
+         ">= 0.9, resumed, each epoch once", bool(train_run["removed"]) and train_run["in_bucket"]
+         and train_run["test_accuracy"] >= 0.9 and train_run["resumed_from_epoch"] >= 1
          and train_run["epochs"] == [1, 2, 3, 4, 5]),
         ("Serve app, a replica's node lost under load", f"{served['requests']} requests, {served['failed']} failed "
          f"{served['failed_codes']}, {served['answered_after_loss']}/{served['after_loss']} answered once settled",
@@ -200,18 +214,30 @@ def main() -> int:
     fast_detection = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
                       "health_check_failure_threshold": 3}
     results = {}
-    with tempfile.TemporaryDirectory(prefix="scaleforge-bench-node-loss-") as folder, redirect_stdout(sys.stderr):
+    with (tempfile.TemporaryDirectory(prefix="scaleforge-bench-node-loss-") as folder, LocalS3() as s3,
+          redirect_stdout(sys.stderr)):
+        caches = (Path(folder) / f"cache-node{index}" for index in itertools.count())
+
+        def own_cache() -> None:
+            """The next node's artifact cache: a raylet and its workers inherit the environment it starts in."""
+            os.environ["SCALEFORGE_CACHE"] = str(next(caches))
+
+        def add_node() -> None:
+            own_cache()
+            cluster.add_node(num_cpus=2)
+
+        own_cache()
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "_system_config": fast_detection})
         for _ in range(3):
-            cluster.add_node(num_cpus=2)
+            add_node()
         ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
         try:
             for name, drill in DRILLS.items():
                 if results:
-                    cluster.add_node(num_cpus=2)
+                    add_node()
                     cluster.wait_for_nodes()
                 start = time.perf_counter()
-                results[name] = drill(cluster, Path(folder) / name)
+                results[name] = drill(cluster, s3.uri(f"node-loss/{name}"))
                 print(f"drill {name}: {time.perf_counter() - start:.0f} s", flush=True)
         finally:
             ray.shutdown()

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from scaleforge.runtime import FAST_POLLING
+from scaleforge.storage.local_s3 import LocalS3
 
 REPO = Path(__file__).resolve().parents[1]
 # Every Ray this session starts, its own and those of the subprocesses it runs (jobs, drills, heads).
@@ -13,9 +14,7 @@ for _name, _value in {**FAST_POLLING, "SCALEFORGE_RAY_DASHBOARD": "0"}.items(): 
     os.environ.setdefault(_name, _value)
 # Credentials for the suite's own S3 server (the `s3` fixture), set before any Ray starts so that
 # every worker, replica and job inherits them, as nodes of a cloud cluster get theirs.
-for _name, _value in {"AWS_ACCESS_KEY_ID": "scaleforge-test", "AWS_SECRET_ACCESS_KEY": "scaleforge-test",
-                      "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}.items():
-    os.environ.setdefault(_name, _value)
+LocalS3.credentials()
 
 
 @pytest.fixture(scope="session")
@@ -38,52 +37,11 @@ def ray_cluster(metrics_port):
     ray.shutdown()
 
 
-class S3Server:
-    """A real S3 API server on 127.0.0.1 (moto's standalone server, a process of its own) with one bucket."""
-
-    bucket = "scaleforge-test"
-
-    def __init__(self, port: int):
-        self.endpoint = f"127.0.0.1:{port}"
-
-    def uri(self, key: str, bucket: str = bucket) -> str:
-        """``s3://<bucket>/<key>?endpoint_override=...``: what a user writes for a bucket on this server."""
-        return f"s3://{bucket}/{key.strip('/')}?endpoint_override={self.endpoint}&scheme=http"
-
-
 @pytest.fixture(scope="session")
-def s3(tmp_path_factory):
-    """The session's S3 server, started on a free port; its bucket exists."""
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    import pyarrow.fs
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    log = open(tmp_path_factory.mktemp("s3") / "moto.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, "the S3 server did not start"
-                time.sleep(0.1)
-        found = S3Server(port)
-        pyarrow.fs.S3FileSystem(endpoint_override=found.endpoint, scheme="http",
-                                allow_bucket_creation=True).create_dir(S3Server.bucket)
-        yield found
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
+def s3():
+    """The session's S3 server (moto's, a process of its own on 127.0.0.1) and its bucket ``scaleforge-test``."""
+    with LocalS3() as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)
