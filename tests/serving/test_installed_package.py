@@ -1,9 +1,9 @@
 """`pip install .` ships the Serve apps: from a folder outside the repository, with only the installed
-package on the path, `serving.app` and `scaleforge` import and Ray's own `serve run` serves a config."""
+package on the path, `serving.app` and `scaleforge` import, and Ray's own `serve deploy` of
+`configs/serve.yaml`, its artifacts in a bucket, serves it on a running cluster."""
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -19,11 +19,14 @@ from conftest import REPO
 from scaleforge.artifacts.servable import load_servable
 from scaleforge.config import ServeConfig
 from scaleforge.data import load_mnist1d
-from scaleforge.models import MLPSpec
-from scaleforge.quickfit import fit_and_save
+from scaleforge.artifacts.parts import save_moe_parts
+from scaleforge.cluster import LocalHead
+from scaleforge.models import MLPSpec, MoESpec
+from scaleforge.quickfit import fit_and_save, fit_classifier
+from scaleforge.storage import join
 from serving_env import free_port, v2_body
 
-pytestmark = pytest.mark.slow  # a fresh Ray and Serve started by `serve run` (~40 s)
+pytestmark = pytest.mark.slow  # a Ray head of its own and Serve deployed to it (~40 s)
 
 # The venv's editable install puts a checkout's platform/ on sys.path (a .pth file): drop every path
 # entry but the install folder that holds either package, so that only the install can answer.
@@ -65,43 +68,51 @@ def test_both_packages_import_from_the_install_and_nothing_else(installed, tmp_p
     assert not (installed / "jobs").exists() and not (installed / "tests").exists()
 
 
-def test_serve_run_serves_a_config_with_the_installed_package(installed, tmp_path):
+def test_serve_deploy_serves_configs_serve_yaml_from_the_bucket_with_the_installed_package(installed, s3, tmp_path):
+    """``serve deploy`` of ``configs/serve.yaml`` (its artifacts in a bucket, two of its eight experts) to a
+    running cluster whose Python has the installed package, from a folder that is not the repository."""
     data = load_mnist1d(2000, 42, 0.2, "~/.cache/scaleforge")
-    artifact = fit_and_save(tmp_path / "tiny", MLPSpec(hidden=[16]), data, epochs=1)
+    root = s3.uri("installed")
+    artifacts = {name: str(fit_and_save(join(root, name), MLPSpec(hidden=[hidden]), data, epochs=1))
+                 for name, hidden in (("student", 16), ("teacher", 32))}
+    moe = MoESpec(stem_channels=[8], d_model=16, num_experts=2, expert_hidden=16, top_k=2)
+    parts = save_moe_parts(join(root, "moe"), fit_classifier(moe, data["x"], data["y"], epochs=1), moe,
+                           input_dim=40, num_classes=10, dataset={})
+    artifacts.update({"moe-gate": parts["gate"], **{f"moe-expert-{i}": p for i, p in enumerate(parts["experts"])}})
+    config = yaml.safe_load((REPO / "configs" / "serve.yaml").read_text())
     port = free_port()
-    config = {"proxy_location": "HeadOnly", "http_options": {"host": "127.0.0.1", "port": port},
-              "applications": [{"name": "installed", "import_path": "serving.app:build_app",
-                                "args": {"models": [{"name": "tiny", "artifact": str(artifact), "num_cpus": 0.25}],
-                                         "ingress": {"num_cpus": 0.25}}}]}
+    config["http_options"]["port"] = port
+    args = config["applications"][0]["args"]
+    args["models"] = [{**m, "artifact": artifacts[m["name"]]} for m in args["models"] if m["name"] in artifacts]
+    args["moe"][0]["experts"] = ["moe-expert-0", "moe-expert-1"]
     ServeConfig.model_validate(config)
     (tmp_path / "serve.yaml").write_text(yaml.safe_dump(config))
-    serve = Path(sys.executable).with_name("serve")
-    # RAY_ADDRESS=local: a Ray of its own, never the test session's cluster.
-    process = subprocess.Popen([str(serve), "run", "serve.yaml"], cwd=tmp_path,
-                               env={**_env(installed), "RAY_ADDRESS": "local"},
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    x = data["x_test"][:8].astype(np.float32)
-    try:
-        response = _first_answer(f"http://127.0.0.1:{port}/v2/models/tiny/infer", v2_body(x), process)
-    finally:
-        os.killpg(process.pid, signal.SIGINT)  # serve run shuts Serve and its Ray down on Ctrl-C
-        try:
-            log, _ = process.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            log, _ = process.communicate()
-    assert response is not None and response.status_code == 200, log[-3000:]
-    classes = next(o for o in response.json()["outputs"] if o["name"] == "class")
+
+    cache = tmp_path / "node-cache"
+    with LocalHead(num_cpus=4, environment={"PYTHONPATH": str(installed), "SCALEFORGE_CACHE": str(cache)}) as head:
+        env = head.env()
+        deployed = subprocess.run([str(Path(sys.executable).with_name("serve")), "deploy", "serve.yaml",
+                                   "--address", head.dashboard_url], cwd=tmp_path, env=env, capture_output=True,
+                                  text=True, timeout=300)
+        assert deployed.returncode == 0, deployed.stdout[-2000:] + deployed.stderr[-2000:]
+        x = data["x_test"][:8].astype(np.float32)
+        answers = {name: _first_answer(f"http://127.0.0.1:{port}/v2/models/{name}/infer", v2_body(x))
+                   for name in ("teacher", "cascade", "moe")}
+    for name, response in answers.items():
+        assert response is not None and response.status_code == 200, (name, response and response.text)
+    classes = next(o for o in answers["teacher"].json()["outputs"] if o["name"] == "class")
     with torch.inference_mode():
-        expected = load_servable(artifact).module(torch.from_numpy(x)).argmax(dim=-1)
+        expected = load_servable(artifacts["teacher"]).module(torch.from_numpy(x)).argmax(dim=-1)
     assert classes["shape"] == [8] and classes["data"] == expected.tolist()
+    # The replicas read every model from the bucket through the node's cache (one file per distinct weights).
+    assert len(list((cache / "artifacts").glob("*/model.safetensors"))) == len(artifacts)
 
 
-def _first_answer(url: str, body: dict, process: subprocess.Popen, timeout_s: float = 180):
-    """The endpoint's first 200 (its last answer if none came), polled while ``serve run`` deploys the app:
+def _first_answer(url: str, body: dict, timeout_s: float = 180):
+    """The endpoint's first 200 (its last answer if none came), polled while Serve deploys the app:
     until then the proxy is not listening, or answers 404 (no such route yet) or 503."""
     deadline, response = time.monotonic() + timeout_s, None
-    while time.monotonic() < deadline and process.poll() is None:
+    while time.monotonic() < deadline:
         try:
             response = httpx.post(url, json=body, timeout=30)
             if response.status_code == 200:

@@ -47,11 +47,14 @@ class LocalHead:
         autoscaling_config: a ``fake_multinode`` config (see ``simulated_config``): the head then
             runs Ray's autoscaler, which launches and removes fake nodes on this machine.
         resources: custom resources of the head.
+        environment: variables the head, its workers and every driver or CLI call against it get
+            (e.g. ``PYTHONPATH`` of an installed package, as a node where it is installed has it).
     """
 
     def __init__(self, num_cpus: float = 4, *, autoscaling_config: Optional[dict[str, Any]] = None,
-                 resources: Optional[dict[str, float]] = None):
+                 resources: Optional[dict[str, float]] = None, environment: Optional[dict[str, str]] = None):
         self.num_cpus, self.autoscaling_config, self.resources = num_cpus, autoscaling_config, resources or {}
+        self.environment = environment or {}
         self.token = secrets.token_hex(32)
         self.temp_dir = tempfile.mkdtemp(prefix="sfray", dir="/tmp")  # short: socket paths are limited
         self.gcs_port, self.dashboard_port, *self._other_ports = free_ports(7)
@@ -68,6 +71,7 @@ class LocalHead:
     def env(self, **extra: str) -> dict[str, str]:
         """Environment for a driver or CLI call against this head (address and token set)."""
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env.update(self.environment)
         env.update(RAY_ADDRESS=self.gcs_address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.token,
                    PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", **extra)
         return env

@@ -43,7 +43,7 @@ class AsyncSGDResult:
 
 
 
-def write_report(output: str, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> tuple[str, str]:
+def write_report(output: str, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> tuple[Union[Path, str], Union[Path, str]]:
     """``summary_<mode>.json`` (staleness histograms, events, accuracy over time, the config) and
     ``accuracy_<mode>.png`` in ``output`` (a folder or a URI); returns both locations."""
     import matplotlib
@@ -60,14 +60,13 @@ def write_report(output: str, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> tu
                                 for kind, values in result.staleness.items()},
         "events": result.events, "accuracy_over_time": result.curve, "config": cfg.model_dump(mode="json"),
     }
-    summary_path = join(output, f"summary_{mode}.json")
-    write_atomic(summary_path, json.dumps(summary, indent=2) + "\n")
+    summary_path = write_atomic(join(output, f"summary_{mode}.json"), json.dumps(summary, indent=2) + "\n")
     figure, axis = plt.subplots(figsize=(6, 4))
     axis.plot([p["seconds"] for p in result.curve], [p["test_accuracy"] for p in result.curve], marker=".", label=mode)
     axis.set(xlabel="wall-clock (s)", ylabel="test accuracy", title=f"Parameter server, {mode}")
     axis.grid(alpha=0.3)
     axis.legend()
-    plot_path = join(output, f"accuracy_{mode}.png")
-    write_atomic(plot_path, lambda out: figure.savefig(out, format="png", dpi=100, bbox_inches="tight"))
+    plot_path = write_atomic(join(output, f"accuracy_{mode}.png"),
+                             lambda out: figure.savefig(out, format="png", dpi=100, bbox_inches="tight"))
     plt.close(figure)
     return summary_path, plot_path
