@@ -14,13 +14,16 @@ CONFIG ?= configs/train_dp.yaml
 install: $(STAMP)
 
 # Torch through pip (its CPU wheel lies in pip's find-links folder on CPU machines, where uv does not
-# look); the rest through uv (about 5 s against pip's 60), which keeps that torch as it meets torch>=2.6;
-# pip if uv cannot.
+# look); the rest through uv (seconds against pip's minute), which keeps that torch as it meets torch>=2.6;
+# pip if uv cannot. --compile-bytecode as pip does: without .pyc files (and PYTHONDONTWRITEBYTECODE=1
+# set, as on these machines) every Ray worker compiles ray's sources again, ~4 s of CPU per process.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip uv
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/uv pip install --python $(BIN)/python -q -e ".[test]" || $(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode -e ".[test]" \
+		|| $(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m compileall -q platform serving jobs
 	touch $(STAMP)
 
 demo: install
