@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from scaleforge import storage
-from scaleforge.artifacts.layout import WEIGHTS, ArtifactError
+from scaleforge.artifacts.layout import WEIGHTS, verify
 
 
 def cache_root() -> Path:
@@ -28,7 +28,7 @@ def cached_weights(location: storage.Location, manifest: dict[str, Any]) -> Path
     """The local, verified copy of the weights of the artifact at ``location`` (a URI).
 
     Raises:
-        ArtifactError: the downloaded weights' sha256 is not the manifest's.
+        scaleforge.artifacts.ArtifactError: the downloaded weights' sha256 is not the manifest's.
     """
     sha256 = manifest["weights"]["sha256"]
     root = cache_root()
@@ -43,12 +43,7 @@ def cached_weights(location: storage.Location, manifest: dict[str, Any]) -> Path
         try:
             with os.fdopen(fd, "wb") as handle:
                 storage.download(storage.join(location, manifest["weights"]["file"]), handle)
-            actual = storage.sha256_file(staging)
-            if actual != sha256:
-                raise ArtifactError(
-                    f"{storage.describe(storage.join(location, manifest['weights']['file']))}: checksum mismatch "
-                    f"(manifest sha256 {sha256[:12]}..., object sha256 {actual[:12]}...); the weights were "
-                    "modified or corrupted, refusing to load")
+            verify(Path(staging), sha256, storage.describe(storage.join(location, manifest["weights"]["file"])))
             target.parent.mkdir(exist_ok=True)
             os.replace(staging, target)
         finally:

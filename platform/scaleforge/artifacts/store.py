@@ -27,11 +27,12 @@ from torch import nn
 import scaleforge
 from scaleforge import storage
 from scaleforge.artifacts.cache import cached_weights
-from scaleforge.artifacts.layout import FORMAT, MANIFEST, WEIGHTS, ArtifactError
+from scaleforge.artifacts.layout import FORMAT, MANIFEST, WEIGHTS, ArtifactError, verify
 from scaleforge.artifacts.tensors import decode_state, encode_state
 from scaleforge.models import MODEL_SPEC, build_model
 from scaleforge.models.surgery import apply_edits, count_weights
 from scaleforge.storage import Location, is_uri, sha256_file
+
 
 @dataclass
 class Artifact:
@@ -150,16 +151,6 @@ def load_artifact(path: Location) -> Artifact:
     state._metadata = model.state_dict()._metadata
     model.load_state_dict(state)
     return Artifact(model.eval(), manifest, where, weights)
-
-
-def verify(weights: Path, sha256: str, where: str) -> None:
-    """Refuse weights whose sha256 is not the manifest's."""
-    actual = sha256_file(weights)
-    if actual != sha256:
-        raise ArtifactError(
-            f"{where}: checksum mismatch (manifest sha256 {sha256[:12]}..., file sha256 {actual[:12]}...); "
-            "the weights were modified or corrupted, refusing to load"
-        )
 
 
 def load_model(path: Location) -> nn.Module:
