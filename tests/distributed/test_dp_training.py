@@ -1,5 +1,6 @@
 """Data-parallel training on a real local Ray cluster: fault tolerance, Parquet input, a user's own hook."""
 
+import hashlib
 import sys
 
 import pyarrow as pa
@@ -12,7 +13,7 @@ from conftest import REPO
 from scaleforge.artifacts import load_artifact
 from scaleforge.config import TrainJobConfig, load_config
 from scaleforge.data import load_mnist1d
-from scaleforge.storage import is_file, join
+from scaleforge.storage import is_file, join, upload
 from scaleforge.train import TrainHook, run_training
 
 
@@ -35,16 +36,19 @@ def _config(name, tmp_path, *overrides):
 @pytest.mark.slow
 def test_a_job_on_parquet_resumes_after_a_worker_death_from_the_buckets_checkpoint(ray_cluster, tmp_path, s3):
     """One job, as a user would run it on their own data: Parquet input, checkpoints and the artifact
-    in a bucket (a real S3 server), a hook of their own, and rank 1 killed halfway through epoch 2.
+    all in a bucket (a real S3 server), a hook of their own, and rank 1 killed halfway through epoch 2.
     The restart loads the epoch-1 checkpoint from the bucket, every epoch runs once, the hook's metric
     rides along every epoch, and the exported weights score exactly what the job reported. (The full
     config's bar and time limit through the same fault: ``bench/training.py``.)"""
     data = load_mnist1d(4000, 7, 0.2, "~/.cache/scaleforge")
+    written = {}
     for split, (x, y) in {"train": (data["x"], data["y"]), "test": (data["x_test"], data["y_test"])}.items():
         pq.write_table(pa.table({"x": pa.array(list(x), type=pa.list_(pa.float32())), "y": pa.array(y)}),
                        tmp_path / f"{split}.parquet")
-    cfg = _config("train_dp.yaml", tmp_path, f"data.source={tmp_path / 'train.parquet'}",
-                  f"data.test_path={tmp_path / 'test.parquet'}", "optim.epochs=3", "fault.kill_worker_at_epoch=2",
+        written[split] = (tmp_path / f"{split}.parquet").read_bytes()
+        upload(tmp_path / f"{split}.parquet", s3.uri(f"dp/data/{split}.parquet"))
+    cfg = _config("train_dp.yaml", tmp_path, f"data.source={s3.uri('dp/data/train.parquet')}",
+                  f"data.test_path={s3.uri('dp/data/test.parquet')}", "optim.epochs=3", "fault.kill_worker_at_epoch=2",
                   f"run.storage_path={s3.uri('dp/runs')}", f"artifact.dir={s3.uri('dp/artifact')}")
     result = run_training(cfg, hooks=[ParameterNorm()])
     summary = result.summary()
@@ -57,7 +61,9 @@ def test_a_job_on_parquet_resumes_after_a_worker_death_from_the_buckets_checkpoi
     assert is_file(join(result.checkpoint_path, "trainer_state.json"))
     artifact = load_artifact(result.artifact)
     manifest = artifact.manifest
-    assert manifest["dataset"]["num_train"] == 3200 and manifest["dataset"]["fingerprint"].startswith("sha256:")
+    dataset = manifest["dataset"]
+    assert dataset["num_train"] == 3200 and dataset["source"] == s3.uri("dp/data/train.parquet")
+    assert dataset["fingerprint"] == "sha256:" + hashlib.sha256(written["train"] + written["test"]).hexdigest()
     # The exported weights reproduce the reported accuracy, and are what the hook last measured.
     with torch.no_grad():
         predicted = artifact.model(torch.from_numpy(data["x_test"])).argmax(1).numpy()

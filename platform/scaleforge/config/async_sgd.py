@@ -7,6 +7,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_va
 from scaleforge.config.data import DataSpec
 from scaleforge.config.models import CNN1dSpec, ModelSpec
 from scaleforge.config.schema import ArtifactSpec, _Section
+from scaleforge.config.storage_root import storage_layout
 
 
 class ServerSpec(_Section):
@@ -75,6 +76,10 @@ class PSFaultSpec(_Section):
 class AsyncSGDConfig(_Section):
     """``python -m jobs.async_sgd``: SGD on parameter-server shards and worker actors (Ray Core)."""
 
+    storage: Optional[str] = None
+    """The job's storage root, a folder or a URI every node reaches (``s3://bucket/scaleforge``): a path
+    the config leaves out or gives relative goes under it, ``run.output_dir`` to ``{storage}/async_sgd``
+    and ``artifact.dir`` to ``{storage}/artifacts/async_sgd``."""
     data: DataSpec = Field(default_factory=DataSpec)
     model: ModelSpec = Field(default_factory=lambda: CNN1dSpec(batch_norm=False))
     server: ServerSpec = Field(default_factory=ServerSpec)
@@ -82,6 +87,8 @@ class AsyncSGDConfig(_Section):
     run: PSRunSpec = Field(default_factory=PSRunSpec)
     fault: PSFaultSpec = Field(default_factory=PSFaultSpec)
     artifact: ArtifactSpec = Field(default_factory=lambda: ArtifactSpec(dir="~/scaleforge/artifacts/async_sgd"))
+
+    _under_storage = storage_layout({"run.output_dir": "async_sgd", "artifact.dir": "artifacts/async_sgd"})
 
     @model_validator(mode="after")
     def _consistent(self) -> "AsyncSGDConfig":

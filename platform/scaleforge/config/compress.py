@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat
 from scaleforge.config.data import DataSpec
 from scaleforge.config.models import ModelSpec
 from scaleforge.config.schema import OptimSpec, RunSpec, ScalingSpec
+from scaleforge.config.storage_root import storage_layout
 
 
 class _Section(BaseModel):
@@ -143,6 +144,10 @@ class MeasureSpec(_Section):
 class CompressJobConfig(_Section):
     """``python -m jobs.compress``: compress a trained model artifact with an ordered recipe."""
 
+    storage: Optional[str] = None
+    """The job's storage root, a folder or a URI every node reaches (``s3://bucket/scaleforge``): a path
+    the config leaves out or gives relative goes under it, ``teacher`` from ``{storage}/artifacts/teacher``,
+    ``output`` to ``{storage}/artifacts/compressed`` and ``run.storage_path`` to ``{storage}/runs``."""
     teacher: str = "~/scaleforge/artifacts/teacher"
     """Artifact (folder or URI) of the model to compress (its sha256 is verified before anything runs)."""
     data: DataSpec = Field(default_factory=DataSpec)
@@ -159,8 +164,11 @@ class CompressJobConfig(_Section):
     output: str = "~/scaleforge/artifacts/compressed"
     """Folder or URI for the slim artifact (``output/model``), every step's artifact and the report."""
 
+    _under_storage = storage_layout({"teacher": "artifacts/teacher", "output": "artifacts/compressed",
+                                     "run.storage_path": "runs"})
+
     @model_validator(mode="after")
     def _in_memory_data(self) -> "CompressJobConfig":
-        if not (self.data.is_mnist1d or self.data.source.endswith(".npz")):
+        if not (self.data.is_mnist1d or self.data.suffix == ".npz"):
             raise ValueError("data.source: compression fine-tunes and calibrates in memory; use mnist1d or a .npz file")
         return self

@@ -20,7 +20,8 @@ class DataSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     source: str = MNIST1D
-    """``mnist1d``, or the path of a ``.npz`` or ``.parquet`` file holding ``x`` (features) and ``y`` (labels)."""
+    """``mnist1d``, or the path or URI of a ``.npz`` or ``.parquet`` file holding ``x`` (features) and
+    ``y`` (labels)."""
     num_samples: PositiveInt = 20_000
     """MNIST-1D only: examples to generate (train + test)."""
     seed: int = 42
@@ -56,10 +57,15 @@ class DataSpec(BaseModel):
         return self.source == MNIST1D
 
     @property
+    def suffix(self) -> str:
+        """The file format, ``.npz`` or ``.parquet`` (empty for MNIST-1D)."""
+        return "" if self.is_mnist1d else _suffix(self.source)
+
+    @property
     def files(self) -> list[str]:
         """The files this spec reads, as written (none for MNIST-1D)."""
         return [p for p in (None if self.is_mnist1d else self.source, self.test_path) if p]
 
 
 def _suffix(path: str) -> str:
-    return PurePosixPath(path).suffix
+    return PurePosixPath(path.partition("?")[0]).suffix  # a URI's query (``?endpoint_override=...``) is not the name

@@ -9,6 +9,7 @@ from typing import Literal, Optional, get_args
 from pydantic import Field, PositiveInt
 
 from scaleforge.config.schema import _Section
+from scaleforge.config.storage_root import storage_layout
 
 Stage = Literal["teacher", "async_sgd", "compress", "moe", "calibrate", "serve", "query"]
 """The main job's stages, in the order they run: the one list that ``STAGES`` and ``--from`` read."""
@@ -56,9 +57,12 @@ class PipelineFaultSpec(_Section):
 class PipelineConfig(_Section):
     """``python -m jobs.pipeline``: train, compress, calibrate, serve, query, report."""
 
+    storage: Optional[str] = None
+    """The job's storage root, a folder or a URI every node reaches (``s3://bucket/scaleforge``): a relative
+    ``output`` is taken under it (``{storage}/pipeline`` when not given)."""
     output: str = "~/scaleforge/pipeline"
-    """The storage root: every stage's artifacts, runs, records, the serve config and the report go under
-    this folder or URI (``s3://bucket/scaleforge/pipeline`` on a cluster whose nodes share no disk)."""
+    """Every stage's artifacts, runs, records, the serve config and the report go under this folder or
+    URI (``s3://bucket/scaleforge/pipeline`` on a cluster whose nodes share no disk)."""
     teacher: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/train_teacher.yaml"))
     async_sgd: AsyncStageSpec = Field(default_factory=lambda: AsyncStageSpec(config="configs/async_sgd.yaml"))
     compress: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/compress.yaml"))
@@ -68,3 +72,5 @@ class PipelineConfig(_Section):
     query: QuerySpec = Field(default_factory=QuerySpec)
     placement: PlacementSpec = Field(default_factory=PlacementSpec)
     fault: PipelineFaultSpec = Field(default_factory=PipelineFaultSpec)
+
+    _under_storage = storage_layout({"output": "pipeline"})

@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat
 
 from scaleforge.config.data import DataSpec
 from scaleforge.config.models import CNN1dSpec, ModelSpec
+from scaleforge.config.storage_root import storage_layout
 from scaleforge.distributed.dims import ParallelDims
 
 
@@ -113,6 +114,10 @@ class ParallelSpec(_Section):
 class TrainJobConfig(_Section):
     """``python -m jobs.train``: training on Ray Train, data, expert or model parallel (``parallel``)."""
 
+    storage: Optional[str] = None
+    """The job's storage root, a folder or a URI every node reaches (``s3://bucket/scaleforge``): a path
+    the config leaves out or gives relative goes under it, ``artifact.dir`` to ``{storage}/artifacts/model``
+    and ``run.storage_path`` to ``{storage}/runs``."""
     data: DataSpec = Field(default_factory=DataSpec)
     model: ModelSpec = Field(default_factory=CNN1dSpec)
     optim: OptimSpec = Field(default_factory=OptimSpec)
@@ -121,6 +126,8 @@ class TrainJobConfig(_Section):
     run: RunSpec = Field(default_factory=RunSpec)
     artifact: ArtifactSpec = Field(default_factory=ArtifactSpec)
     fault: FaultSpec = Field(default_factory=FaultSpec)
+
+    _under_storage = storage_layout({"artifact.dir": "artifacts/model", "run.storage_path": "runs"})
 
     @model_validator(mode="after")
     def _consistent(self) -> "TrainJobConfig":

@@ -39,6 +39,11 @@ class ModelEntry(DeploymentSpec):
     def cpus_asked(self) -> float:
         return 0.0 if self.in_ingress else super().cpus_asked
 
+    @property
+    def deployment_name(self) -> str:
+        """The Serve deployment that runs this model (none when it runs ``in_ingress``)."""
+        return f"model-{self.name}"
+
     @model_validator(mode="after")
     def _batch_fits(self) -> "ModelEntry":
         if self.max_batch_size > self.max_ongoing_requests:

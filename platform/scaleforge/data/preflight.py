@@ -1,9 +1,8 @@
 """Pre-flight checks of a ``data`` section: its files exist and can be read (before Ray starts)."""
 
-import os
-
 from pyarrow import ArrowException
 
+from scaleforge import storage
 from scaleforge.config.data import DataSpec
 from scaleforge.config.loader import ConfigError
 from scaleforge.data.sources import DatasetInfo, describe, localized
@@ -17,13 +16,20 @@ def check_files(spec: DataSpec, field: str = "data") -> None:
         field: Its dotted name in the config, for the message.
 
     Raises:
-        ConfigError: ``data.source: data file '...' does not exist`` (or ``data.test_path``).
+        ConfigError: ``data.source: data file '...' does not exist`` (or ``data.test_path``), or its
+            storage cannot be reached.
     """
     local = localized(spec)
     for name in ("source", "test_path"):
         written = getattr(spec, name)
-        if written and not spec.is_mnist1d and not os.path.isfile(getattr(local, name)):
-            raise ConfigError(f"{field}.{name}: data file {written!r} does not exist")
+        if not written or spec.is_mnist1d:
+            continue
+        try:
+            exists = storage.is_file(getattr(local, name))
+        except storage.StorageError as err:
+            raise ConfigError(f"{field}.{name}: {err}") from None
+        if not exists:
+            raise ConfigError(f"{field}.{name}: data file {storage.describe(written)!r} does not exist")
 
 
 def check_data(spec: DataSpec, field: str = "data") -> DatasetInfo:

@@ -6,6 +6,7 @@ import pyarrow as pa
 import ray.data
 from ray.data.extensions import ArrowTensorArray
 
+from scaleforge import storage
 from scaleforge.data.sources import (
     DatasetInfo,
     describe,
@@ -56,7 +57,8 @@ def build_ray_datasets(spec: DataSpec) -> TrainingData:
 def _read_parquet(path, keep: bool):
     if not path:
         return None
-    dataset = ray.data.read_parquet(path).map_batches(to_training_batch, batch_format="numpy")
+    filesystem, inner = storage.resolve(path)
+    dataset = ray.data.read_parquet(inner, filesystem=filesystem).map_batches(to_training_batch, batch_format="numpy")
     return dataset.materialize() if keep else dataset
 
 

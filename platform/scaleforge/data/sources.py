@@ -1,13 +1,15 @@
 """Read a :class:`DataSpec` into arrays (MNIST-1D, ``.npz``) or Ray Datasets (Parquet)."""
 
 import hashlib
+import io
 import os
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePosixPath
 
 import numpy as np
 import pyarrow.parquet as pq
 
+from scaleforge import storage
 from scaleforge.data.mnist1d import NUM_CLASSES, SEQUENCE_LENGTH, load_mnist1d, split_sizes
 from scaleforge.config.data import DataSpec
 
@@ -45,7 +47,8 @@ class ArraySplits:
 
 
 def localized(spec: DataSpec) -> DataSpec:
-    """``spec`` with its files as absolute local paths (``~`` expanded), read the same from any process.
+    """``spec`` with its local files as absolute paths (``~`` expanded), read the same from any process;
+    URIs stay as they are (every node reads them from storage).
 
     The schema keeps paths as written; this is done where the files are read, and before a spec
     is handed to a Ray task whose working directory may differ.
@@ -53,8 +56,13 @@ def localized(spec: DataSpec) -> DataSpec:
     if spec.is_mnist1d:
         return spec
     local = {name: os.path.abspath(os.path.expanduser(path)) for name in ("source", "test_path")
-             if (path := getattr(spec, name))}
+             if (path := getattr(spec, name)) and not storage.is_uri(path)}
     return spec.model_copy(update=local)
+
+
+def _parquet(location: str) -> pq.ParquetFile:
+    filesystem, path = storage.resolve(location)
+    return pq.ParquetFile(path, filesystem=filesystem)
 
 
 def describe(spec: DataSpec) -> DatasetInfo:
@@ -63,14 +71,15 @@ def describe(spec: DataSpec) -> DatasetInfo:
     if spec.is_mnist1d:
         train, test = split_sizes(spec.num_samples, spec.test_fraction)
         return DatasetInfo(train, test, SEQUENCE_LENGTH, NUM_CLASSES)
-    if spec.source.endswith(".npz"):
+    if not is_parquet(spec):
         return load_arrays(spec).info
-    rows = pq.ParquetFile(spec.source).metadata.num_rows
-    labels = pq.read_table(spec.source, columns=["y"]).column("y").to_numpy()
-    first = pq.ParquetFile(spec.source).iter_batches(batch_size=1, columns=["x"])
+    source = _parquet(spec.source)
+    rows = source.metadata.num_rows
+    labels = source.read(columns=["y"]).column("y").to_numpy()
+    first = source.iter_batches(batch_size=1, columns=["x"])
     input_dim = len(_as_matrix(next(first).column("x").to_numpy(zero_copy_only=False))[0])
     if spec.test_path:
-        test_rows = pq.ParquetFile(spec.test_path).metadata.num_rows
+        test_rows = _parquet(spec.test_path).metadata.num_rows
         return DatasetInfo(rows, test_rows, input_dim, int(labels.max()) + 1)
     test_rows = max(1, int(round(rows * spec.test_fraction)))
     return DatasetInfo(rows - test_rows, test_rows, input_dim, int(labels.max()) + 1)
@@ -96,17 +105,18 @@ def load_arrays(spec: DataSpec) -> ArraySplits:
 
 
 def file_fingerprint(*paths: str) -> str:
-    """sha256 over the bytes of ``paths``, read in chunks."""
+    """sha256 over the bytes of ``paths`` (local files or URIs), read in chunks."""
     digest = hashlib.sha256()
     for path in paths:
-        with open(path, "rb") as handle:
+        filesystem, inner = storage.resolve(path)
+        with filesystem.open_input_stream(inner) as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
     return "sha256:" + digest.hexdigest()
 
 
 def _read_npz(path: str) -> tuple[np.ndarray, np.ndarray]:
-    with np.load(path, allow_pickle=False) as stored:
+    with np.load(io.BytesIO(storage.read_bytes(path)) if storage.is_uri(path) else path, allow_pickle=False) as stored:
         missing = {"x", "y"} - set(stored.files)
         if missing:
             raise ValueError(f"{path}: missing array(s) {sorted(missing)}; an .npz dataset needs 'x' and 'y'")
@@ -144,4 +154,4 @@ def parquet_paths(spec: DataSpec) -> list[str]:
 
 
 def is_parquet(spec: DataSpec) -> bool:
-    return not spec.is_mnist1d and Path(spec.source).suffix == ".parquet"
+    return not spec.is_mnist1d and PurePosixPath(spec.source.partition("?")[0]).suffix == ".parquet"
