@@ -23,7 +23,6 @@ an artifact cache of its own, and a restarted shard or training run resumes from
 
 import itertools
 import json
-import os
 import sys
 import threading
 import time
@@ -38,6 +37,7 @@ sys.path[:0] = [str(REPO / "platform"), str(REPO)]
 from bars import print_bars  # noqa: E402
 
 from scaleforge import storage  # noqa: E402
+from scaleforge.cluster.machines import Machines  # noqa: E402
 from scaleforge.config import AsyncSGDConfig, TrainJobConfig, load_config  # noqa: E402
 from scaleforge.storage.local_s3 import LocalS3  # noqa: E402
 
@@ -216,18 +216,14 @@ def main() -> int:
     results = {}
     with (tempfile.TemporaryDirectory(prefix="scaleforge-bench-node-loss-") as folder, LocalS3() as s3,
           redirect_stdout(sys.stderr)):
-        caches = (Path(folder) / f"cache-node{index}" for index in itertools.count())
-
-        def own_cache() -> None:
-            """The next node's artifact cache: a raylet and its workers inherit the environment it starts in."""
-            os.environ["SCALEFORGE_CACHE"] = str(next(caches))
+        machines = Machines(Path(folder))  # each node its own home, cache and Ray folder
+        names = (f"node{index}" for index in itertools.count())
 
         def add_node() -> None:
-            own_cache()
-            cluster.add_node(num_cpus=2)
+            machines.add(next(names), num_cpus=2)
 
-        own_cache()
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "_system_config": fast_detection})
+        machines.add(next(names), num_cpus=0, _system_config=fast_detection)
+        cluster = machines.cluster
         for _ in range(3):
             add_node()
         ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
@@ -241,7 +237,7 @@ def main() -> int:
                 print(f"drill {name}: {time.perf_counter() - start:.0f} s", flush=True)
         finally:
             ray.shutdown()
-            cluster.shutdown()
+            machines.shutdown()
     rows = _rows(results)
     return print_bars(rows, "drill")
 

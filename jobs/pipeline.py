@@ -2,10 +2,12 @@
 train the MoE model, calibrate the cascade, serve cascade and MoE router over HTTP, query them with the
 held-out test set, and write a report.
 
-    python -m jobs.pipeline --config configs/pipeline.yaml [--from STAGE] [--set ...]
+    python -m jobs.pipeline --config configs/pipeline.yaml [--from STAGE] [--to STAGE] [--set ...]
 
 Each stage reuses its artifacts when a previous run recorded them; ``--from STAGE`` redoes that stage
-and every later one. Stages: teacher, async_sgd, compress, moe, calibrate, serve, query.
+and every later one, ``--to STAGE`` stops after that one (Serve stays up after ``--to serve`` for a
+later ``--from query``), so each stage can run as a job of its own on any node when ``output`` is
+storage every node reaches. Stages: teacher, async_sgd, compress, moe, calibrate, serve, query.
 """
 
 import argparse
@@ -15,7 +17,7 @@ from typing import Optional, Sequence
 
 from scaleforge.config import run_job
 from scaleforge.config.pipeline import STAGES, PipelineConfig, Stage
-from scaleforge.pipeline import Pipeline, RecordError, Records, StageFailed
+from scaleforge.pipeline import Pipeline, RecordError, Records, StageFailed, StageOrderError
 from scaleforge.pipeline.preflight import check_runnable
 from scaleforge.pipeline.report import final_table, write_report
 from scaleforge.runtime import ensure_ray
@@ -25,18 +27,27 @@ from scaleforge.storage import join
 @dataclass
 class PipelineResult:
     records: Records
-    report: str
+    report: Optional[str]
+    """None when the run stopped before the last stage (``--to``)."""
+    stopped_after: Stage
 
     def summary(self) -> str:
+        if self.report is None:
+            return (f"stopped after {self.stopped_after}; continue with "
+                    f"--from {STAGES[STAGES.index(self.stopped_after) + 1]}")
         return f"{final_table(self.records)}\nreport: {self.report}"
 
 
-def run_pipeline(cfg: PipelineConfig, redo_from: Optional[Stage] = None) -> PipelineResult:
-    pipeline = Pipeline(cfg, redo_from)  # reads the records it reuses: a stale one fails here, before Ray
+def run_pipeline(cfg: PipelineConfig, redo_from: Optional[Stage] = None,
+                 stop_after: Optional[Stage] = None) -> PipelineResult:
+    # Reads the records it reuses: a stale one fails here, before Ray.
+    pipeline = Pipeline(cfg, redo_from, stop_after=stop_after)
     # Logical CPUs for the Serve stage's many small deployments next to the training stages' workers.
     ensure_ray(min_cpus=8)
     records = pipeline.run()
-    return PipelineResult(records, write_report(records, join(pipeline.out, "report")))
+    last = pipeline.stages[-1].name
+    report = write_report(records, join(pipeline.out, "report")) if last == STAGES[-1] else None
+    return PipelineResult(records, report, last)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -44,11 +55,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.pipeline", add_help=False, allow_abbrev=False,
                                      exit_on_error=False)
     parser.add_argument("--from", dest="redo_from", choices=STAGES, help="redo this stage and every later one")
+    parser.add_argument("--to", dest="stop_after", choices=STAGES, help="stop after this stage")
     try:
         known, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-        return run_job(PipelineConfig, lambda cfg: run_pipeline(cfg, known.redo_from), rest, prog="jobs.pipeline",
-                       preflight=check_runnable)
-    except (argparse.ArgumentError, RecordError) as err:
+        return run_job(PipelineConfig, lambda cfg: run_pipeline(cfg, known.redo_from, known.stop_after), rest,
+                       prog="jobs.pipeline", preflight=check_runnable)
+    except (argparse.ArgumentError, RecordError, StageOrderError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except StageFailed as err:

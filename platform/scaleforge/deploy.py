@@ -86,7 +86,8 @@ def deploy(cfg: ServeConfig, ready_within_s: float = 300) -> str:
     deploy the config as ``serve run`` does and wait until every app is running.
 
     Returns:
-        The base URL of the HTTP proxy.
+        The base URL of the HTTP proxy (of the Serve already running on the cluster, if one is: Serve
+        keeps its proxy's host and port until it is shut down).
 
     Raises:
         AppCheckError: an app cannot be served, or the cluster lacks the CPUs (before deploying).
@@ -104,7 +105,7 @@ def deploy(cfg: ServeConfig, ready_within_s: float = 300) -> str:
                                    http_options=cfg.http_options.model_dump(exclude_none=True))
     client.deploy_apps(ServeDeploySchema.model_validate(cfg.model_dump(mode="json", exclude_none=True)))
     _wait_until_running([app.name for app in cfg.applications], ready_within_s)
-    return f"http://{cfg.http_options.host}:{cfg.http_options.port}"
+    return f"http://{client.http_config.host}:{client.http_config.port}"
 
 
 def _wait_until_running(names: list[str], within_s: float) -> None:

@@ -1,10 +1,11 @@
-"""Hardware-aware placement: hwbench's measurements decide which nodes serve which models."""
+"""Hardware-aware placement: hwbench's measurements decide which nodes serve which models. (On a
+cluster with a CPU node and a GPU node, with replicas reading the bucket through their node's
+cache: ``tests/jobs/test_pipeline.py``.)"""
 
 from pathlib import Path
 
 import pytest
 
-from drills import run_drill
 from scaleforge.artifacts import save_artifact
 from scaleforge.config.serve import ServeArgs
 from scaleforge.hardware import DeviceReport
@@ -53,20 +54,3 @@ def test_a_cluster_of_one_kind_keeps_rays_default_placement(app_args):
     assert placed is app_args and set(where.values()) == {"any"}
     with pytest.raises(ValueError, match="has no node_id: re-run jobs.hwbench"):
         ClusterHardware.from_reports([DeviceReport("host", "cpu", "x", 1)])
-
-
-@pytest.mark.slow
-def test_served_replicas_land_where_placement_puts_them_and_read_the_bucket_through_their_nodes_cache(tmp_path, s3):
-    bucket = s3.uri("placement")
-    result = run_drill(Path(__file__).with_name("placement_drill.py"), tmp_path, bucket)
-    assert (result["cpu_nodes"], result["gpu_nodes"]) == (2, 1), result  # the head has no GPU either
-    assert result["planned"] == {"student": "cpu", "teacher": "gpu"}, result
-    assert result["replicas"] == {"student": "cpu", "teacher": "gpu"}, result
-    assert result["status"] == 200 and result["stages_used"], result
-    # Nodes that share no disk: each replica downloaded its model from the bucket into its own node's cache.
-    assert result["read_from"] == {
-        "student": {"node": "cpu", "artifact": f"{bucket.partition('?')[0]}/student?{bucket.partition('?')[2]}",
-                    "cache": "cpu"},
-        "teacher": {"node": "gpu", "artifact": f"{bucket.partition('?')[0]}/teacher?{bucket.partition('?')[2]}",
-                    "cache": "gpu"}}, result
-    assert result["local_artifacts"] == [], result  # no artifact folder outside the bucket

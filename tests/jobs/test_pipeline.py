@@ -1,26 +1,35 @@
-"""The main job end to end with a tiny config: every stage, real Serve, real HTTP; a failed stage
-keeps what came before and ``--from`` resumes there; ``jobs.serve`` of the serve config it wrote is
-ready within 2 minutes.
+"""The main job end to end with a tiny config, stage by stage on a cluster whose nodes share no disk.
 
-Its storage is a bucket of a real S3 server: the failed run, the resumed run and ``jobs.serve`` are
-three processes with a home and a cache folder each, so they share nothing on disk, as the nodes of
-a cluster do not; afterwards no artifact or checkpoint file exists outside the bucket and the caches."""
+Its storage is a bucket of a real S3 server. The teacher stage runs as ``make demo`` runs the job
+(an embedded Ray) and fails on purpose at the next stage; every later stage is then submitted with
+``ray job submit`` (token authentication on) to a ``ray.cluster_utils.Cluster`` of three raylets
+(a head, a CPU node and a node that declares a GPU), each stage a job of its own with a home and an
+artifact cache of its own, as if each ran on a machine of its own; Serve stays up between the
+``--to serve`` and ``--from query`` jobs. Its replicas, placed by the cluster's measured hardware,
+load their artifacts from the bucket through their own node's cache. Afterwards no artifact or
+checkpoint file exists outside the bucket and the caches, and ``jobs.serve`` of the serve config
+in the bucket is ready within 2 minutes.
+"""
 
 import json
 import os
 import re
+import secrets
 import select
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from conftest import REPO
 from scaleforge import storage
+from scaleforge.cluster.local import RAY
+from scaleforge.cluster.machines import disk_of
 
 TINY = [
     "--set", "teacher.set=[data.num_samples=3000, optim.epochs=1, scaling.num_workers=1]",
@@ -46,8 +55,7 @@ RAY_LOG_RECORD = re.compile(r"^(DEBUG|INFO|WARNING|ERROR) \d{4}-\d\d-\d\d ")
 """A record from Ray's own loggers ("INFO 2026-12-01 02:47:41,404 serve 6049 -- Started Serve ...")."""
 
 
-def _assert_console_is_ours(run) -> None:
-    console = run.stdout + run.stderr
+def _assert_console_is_ours(console: str) -> None:
     leaked = [line for line in console.splitlines()
               if any(mark in line for mark in RAY_INTERNALS) or RAY_LOG_RECORD.match(line)]
     assert leaked == [], "\n".join(leaked[:20])
@@ -56,22 +64,72 @@ def _assert_console_is_ours(run) -> None:
 def _machine(tmp_path, name: str) -> dict[str, str]:
     """The environment of a process on a machine of its own: its own home and artifact cache."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    return {**env, "HOME": str(tmp_path / name / "home"), "SCALEFORGE_CACHE": str(tmp_path / name / "cache"),
-            "MPLCONFIGDIR": str(tmp_path / "matplotlib")}  # matplotlib's font cache, shared to save its rebuild
+    return {**env, **disk_of(tmp_path / name)}
 
 
-def _pipeline(tmp_path, machine, output, *extra):
+@pytest.fixture(scope="module")
+def machines(tmp_path_factory):
+    """Three raylets that share no disk (``tests/cluster/machines_cluster.py``), token auth on."""
+    root = tmp_path_factory.mktemp("machines")
+    nodes = {"head": {"num_cpus": 0}, "cpu": {"num_cpus": 4}, "gpu": {"num_cpus": 3, "num_gpus": 1}}
+    with open(root / "cluster.log", "w") as log:
+        cluster = subprocess.Popen([sys.executable, "tests/cluster/machines_cluster.py", str(root / "nodes"),
+                                    json.dumps(nodes)], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=log, text=True, env=_machine(root, "launcher"))
+    try:
+        line = ""
+        while not line.startswith("READY "):
+            assert select.select([cluster.stdout], [], [], 180)[0] and cluster.poll() is None, \
+                (root / "cluster.log").read_text()[-3000:]
+            line = cluster.stdout.readline()
+        info = json.loads(line.removeprefix("READY "))
+        cli = {**_machine(root, "launcher"), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": info["token"]}
+        yield {**info, "root": root / "nodes", "cli": cli}
+    finally:
+        cluster.stdin.close()
+        try:
+            cluster.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            cluster.kill()
+
+
+def _pipeline(tmp_path, machine, root, *extra):
     return subprocess.run([sys.executable, "-m", "jobs.pipeline", "--config", "configs/pipeline.yaml",
-                           "--set", f"output={output}", *TINY, *extra], cwd=REPO, capture_output=True, text=True,
+                           "--set", f"storage={root}", *TINY, *extra], cwd=REPO, capture_output=True, text=True,
                           timeout=900, env=_machine(tmp_path, machine))
 
 
+def _submit(machines, tmp_path, machine, root, *extra) -> str:
+    """``ray job submit`` of one run of the pipeline; the job's own logs (the driver's console) once it
+    succeeded. ``machine``: the home and cache its processes get (None: those of the node it runs on)."""
+    submission_id = f"sf-pipeline-{machine or 'node'}-{secrets.token_hex(3)}"
+    runtime_env = {"env_vars": disk_of(tmp_path / machine)} if machine else {}
+    out = subprocess.run([RAY, "job", "submit", "--address", machines["dashboard"], "--submission-id", submission_id,
+                          "--working-dir", ".", "--runtime-env-json", json.dumps(runtime_env), "--",
+                          sys.executable, "-m", "jobs.pipeline", "--config", "configs/pipeline.yaml",
+                          "--set", f"storage={root}", *TINY, *extra],
+                         cwd=REPO, capture_output=True, text=True, timeout=900, env=machines["cli"])
+    console = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
+    assert f"Job '{submission_id}' succeeded" in console, console[-5000:]
+    logs = _ray_job_logs(machines, submission_id)
+    _assert_console_is_ours(logs)
+    return logs
+
+
+def _ray_job_logs(machines, submission_id: str) -> str:
+    out = subprocess.run([RAY, "job", "logs", "--address", machines["dashboard"], submission_id], cwd=REPO,
+                         capture_output=True, text=True, timeout=120, env=machines["cli"])
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 @pytest.mark.slow
-def test_pipeline_runs_every_stage_and_resumes_after_a_failure(tmp_path, s3):
-    out = s3.uri("pipeline")
-    failed = _pipeline(tmp_path, "first", out, "--set", "fault.fail_at_stage=async_sgd")
+def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machines):
+    root = s3.uri("scaleforge")  # the storage root: the pipeline's output is {root}/pipeline
+    out = storage.join(root, "pipeline")
+    failed = _pipeline(tmp_path, "teacher", root, "--set", "fault.fail_at_stage=async_sgd")
     assert failed.returncode == 1
-    _assert_console_is_ours(failed)
+    _assert_console_is_ours(failed.stdout + failed.stderr)
     # Our own progress: a line per stage and per epoch (sent by the Ray Train workers through a queue).
     assert "[pipeline] 1/7 teacher: running" in failed.stdout and "[train] epoch 1/1" in failed.stdout
     assert "error: stage async_sgd failed: injected failure" in failed.stderr and "--from async_sgd" in failed.stderr
@@ -81,35 +139,52 @@ def test_pipeline_runs_every_stage_and_resumes_after_a_failure(tmp_path, s3):
     manifest = storage.join(out, "artifacts", "teacher", "manifest.json")
     manifest_before = storage.read_text(manifest)
 
-    resumed = _pipeline(tmp_path, "second", out, "--from", "async_sgd")
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    _assert_console_is_ours(resumed)
-    assert "[query] cascade: requests" in resumed.stdout
-    assert "teacher: reused" in resumed.stdout and "async_sgd: running" in resumed.stdout
-    assert "compress: running" in resumed.stdout and "moe: running" in resumed.stdout
+    # Each later stage a job of its own on the cluster; each reuses what the earlier ones recorded.
+    compressed = _submit(machines, tmp_path, "compress", root, "--from", "async_sgd", "--to", "compress")
+    assert "teacher: reused" in compressed and "async_sgd: running" in compressed
+    assert "compress: running" in compressed and "stopped after compress; continue with --from moe" in compressed
+    calibrated = _submit(machines, tmp_path, "calibrate", root, "--from", "moe", "--to", "calibrate")
+    assert "compress: reused" in calibrated and "moe: running" in calibrated and "calibrate: running" in calibrated
+    served = _submit(machines, tmp_path, None, root, "--from", "serve", "--to", "serve")
+    assert "serve: left running for the next run (--from query)" in served
+    queried = _submit(machines, tmp_path, "query", root, "--from", "query")
+    assert "serve: reused" in queried and "[query] cascade: requests" in queried
     assert storage.read_text(manifest) == manifest_before
     assert json.loads(storage.read_text(storage.join(records, "teacher.json")))["artifact"] == teacher
 
-    table = resumed.stdout[resumed.stdout.index("served model"):]
+    table = queried[queried.index("served model"):]
     for name in ("teacher", "student", "cascade", "moe"):
         assert f"\n{name} " in table
     query = json.loads(storage.read_text(storage.join(records, "query.json")))
     assert set(query["models"]) == {"teacher", "student", "cascade", "moe"}
     assert all(row["accuracy"] > 0.2 for row in query["models"].values())  # 10 classes: chance is 0.1
     assert abs(sum(query["models"]["cascade"]["answered_per_stage"]) - 1) < 1e-6
-    # Placement measured this one-node, CPU-only cluster and kept Ray's default placement.
+    # Placement measured the cluster: the cheap stage on CPU-only nodes, the teacher on the GPU node.
     placement = query["placement"]
-    assert (placement["cpu_nodes"], placement["gpu_nodes"]) == (1, 0) and set(placement["models"].values()) == {"any"}
-    assert "one kind of node, Ray's default placement" in table
+    assert (placement["cpu_nodes"], placement["gpu_nodes"]) == (2, 1)  # the head has no GPU either
+    assert placement["models"]["student"] == "cpu" and placement["models"]["teacher"] == "gpu"
+    # Each replica read its artifact from the bucket through its own node's cache.
+    node_names = {node_id: name for name, node_id in machines["nodes"].items()}
+    loaded = json.loads(storage.read_text(storage.join(records, "serve.json")))["loaded_from"]
+    assert {"teacher", "student", "moe-gate", "moe-expert-0", "moe-expert-1"} <= set(loaded)
+    where = {model: node_names[replica["node_id"]] for model, replica in loaded.items()}
+    assert where["teacher"] == "gpu" and where["student"] == "cpu", where
+    for model, replica in loaded.items():
+        assert replica["artifact"].startswith(storage.join(out, "artifacts").partition("?")[0]), replica
+        cache = machines["root"] / where[model] / "cache" / "artifacts"
+        assert Path(replica["weights"]).parent.parent == cache, (model, replica)
     report = storage.file_sizes(storage.join(out, "report"))
     for name in ("report.md", "training_curves.png", "sync_vs_async.png", "compression_accuracy_vs_size.png",
                  "cascade_accuracy_vs_cost.png"):
         assert report.get(name, 0) > 0, name
-    _serve_job_is_ready_within_two_minutes(storage.join(out, "serve.yaml"), _machine(tmp_path, "third"))
-    # Each process downloaded what it loaded into its own cache; nothing else was written locally.
-    assert list((tmp_path / "third" / "cache" / "artifacts").glob("*/model.safetensors"))
-    kept = [p for p in tmp_path.rglob("*") if p.suffix in (".safetensors", ".json", ".pt", ".npz", ".png", ".yaml")
-            and not {"cache", ".cache", "matplotlib"} & set(p.relative_to(tmp_path).parts)]
+
+    _serve_job_is_ready_within_two_minutes(storage.join(out, "serve.yaml"), _machine(tmp_path, "jobs-serve"))
+    # The compression job's teacher came through its own cache; nothing was written locally but caches.
+    assert list((tmp_path / "compress" / "cache" / "artifacts").glob("*/model.safetensors"))
+    assert list((tmp_path / "jobs-serve" / "cache" / "artifacts").glob("*/model.safetensors"))
+    kept = [p for root in (tmp_path, machines["root"]) for p in root.rglob("*")
+            if p.suffix in (".safetensors", ".json", ".pt", ".npz", ".png", ".yaml")
+            and not {"cache", ".cache"} & set(p.relative_to(root).parts)]
     assert kept == [], kept
 
 
@@ -140,9 +215,7 @@ def _serve_job_is_ready_within_two_minutes(config: str, env: dict[str, str]) -> 
         job.send_signal(signal.SIGINT)  # Ctrl-C: it stops within seconds, and quietly
         rest, _ = job.communicate(timeout=30)
         assert job.returncode == 0, rest
-        lines += rest.splitlines(keepends=True)
-        leaked = [line for line in lines if any(mark in line for mark in RAY_INTERNALS) or RAY_LOG_RECORD.match(line)]
-        assert leaked == [], "".join(leaked)
+        _assert_console_is_ours("".join(lines) + rest)
     finally:
         if job.poll() is None:
             job.kill()

@@ -14,7 +14,9 @@ from scaleforge.config import PipelineConfig, ServeConfig, load_config
 from scaleforge.config.pipeline import STAGES
 from scaleforge.pipeline import Pipeline, Records
 from scaleforge.pipeline.base import StageContext
-from scaleforge.pipeline.records import CalibrateRecord, CompressRecord, MoERecord, TrainRecord
+from scaleforge.cluster import free_ports
+from scaleforge.pipeline.records import CalibrateRecord, CompressRecord, MoERecord, ServeRecord, TrainRecord
+from scaleforge.pipeline.serve import ServeStage
 from scaleforge.pipeline.stages import write_serve_config
 
 
@@ -100,3 +102,28 @@ def test_the_served_models_are_scored_only_on_inputs_the_calibration_never_saw()
     assert (x == judged_x).all() and (y == judged_y).all()
     seen = {row.tobytes() for row in calibration_x}
     assert not any(row.tobytes() in seen for row in x)
+
+
+def test_to_before_from_is_refused_before_ray_starts(capsys):
+    import ray
+
+    started_before = ray.is_initialized()
+    assert jobs.pipeline.main(["--config", "configs/pipeline.yaml", "--from", "compress", "--to", "teacher"]) == 2
+    assert capsys.readouterr().err.startswith("error: --to teacher comes before --from compress (stages: teacher, ")
+    assert ray.is_initialized() == started_before
+
+
+def test_a_recorded_serve_endpoint_is_reused_only_while_it_answers(pipeline_cfg, tmp_path):
+    """``--to serve`` leaves Serve up for a later ``--from query``; an endpoint that no longer answers
+    (a run that ended deleted its apps) is served again instead of being queried."""
+    (port,) = free_ports(1)  # nothing listens there
+    dead = ServeRecord(url=f"http://127.0.0.1:{port}", placement={"enabled": False})
+    assert ServeStage.stale(dead) == f"http://127.0.0.1:{port} does not answer (ConnectError)"
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "teacher.json").write_text(_teacher().model_dump_json())
+    (tmp_path / "records" / "serve.json").write_text(dead.model_dump_json())
+    logged = []
+    pipeline = Pipeline(pipeline_cfg, log=logged.append)
+    assert set(pipeline._reused) == {"teacher"}
+    assert logged == [f"[pipeline] serve: not reused, http://127.0.0.1:{port} does not answer (ConnectError)"]
+    assert [stage.name for stage in Pipeline(pipeline_cfg, stop_after="serve").stages] == list(STAGES[:6])

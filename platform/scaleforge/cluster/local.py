@@ -21,7 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import psutil
 
@@ -100,19 +100,13 @@ class LocalHead:
         return self
 
     def _wait_for_dashboard(self, timeout_s: float) -> None:
-        deadline = time.time() + timeout_s
-        while time.time() < deadline:
-            try:
-                urllib.request.urlopen(f"{self.dashboard_url}/api/version", timeout=2)
-                return
-            except urllib.error.HTTPError:
-                return  # it answers (401 without a token): up
-            except OSError:
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"ray start --head exited with {self.process.returncode}") from None
-                time.sleep(1)
-        self.stop()
-        raise TimeoutError(f"the Ray head's dashboard did not come up within {timeout_s:.0f} s")
+        try:
+            wait_for_dashboard(self.dashboard_url, timeout_s, lambda: self.process.poll() is None)
+        except RuntimeError:
+            raise RuntimeError(f"ray start --head exited with {self.process.returncode}") from None
+        except TimeoutError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         """End the head, every process it started and every process still running from its temp dir;
@@ -147,3 +141,24 @@ class LocalHead:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def wait_for_dashboard(url: str, timeout_s: float, running: Callable[[], bool] = lambda: True) -> None:
+    """Until the dashboard at ``url`` answers (401 without a token counts: it is up).
+
+    Raises:
+        RuntimeError: ``running()`` says the head is gone.
+        TimeoutError: no answer within ``timeout_s``.
+    """
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"{url}/api/version", timeout=2)
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            if not running():
+                raise RuntimeError(f"the Ray head of {url} is gone") from None
+            time.sleep(1)
+    raise TimeoutError(f"the Ray head's dashboard did not come up within {timeout_s:.0f} s")

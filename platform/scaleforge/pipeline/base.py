@@ -2,7 +2,7 @@
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, ClassVar, TypeVar
+from typing import Callable, ClassVar, Optional, TypeVar
 
 from pydantic import BaseModel
 
@@ -37,7 +37,14 @@ class PipelineStage(ABC):
     name: ClassVar[Stage]
     record: ClassVar[type[StageRecord]]
     reusable: ClassVar[bool] = True
-    """False for stages whose effect does not outlive the run (a running Serve)."""
+    """False for stages whose effect does not outlive the run (the query's measurements)."""
+    outlives_run: ClassVar[bool] = False
+    """What ``run`` started keeps running when the run stops right after this stage (``--to``)."""
+
+    @classmethod
+    def stale(cls, record: StageRecord) -> Optional[str]:
+        """Why a recorded ``record`` cannot be reused any more (None: reuse it)."""
+        return None
 
     @abstractmethod
     def run(self, ctx: StageContext) -> StageRecord:

@@ -138,11 +138,25 @@ class Placement(BaseModel):
     devices: list[DeviceReport] = Field(default_factory=list)
 
 
+class LoadedFrom(BaseModel):
+    """What a model's replica loaded: the artifact, the local weights file it read (its node's cache
+    for a URI) and the Ray node it runs on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    artifact: str
+    weights: str
+    node_id: str
+
+
 class ServeRecord(StageRecord):
-    """Serve running with the calibrated config, each model placed for this cluster."""
+    """Serve running with the calibrated config, each model placed for this cluster. It outlives a
+    run that stops after this stage (``--to serve``); a later run reuses it while it answers."""
 
     url: str
     placement: Placement
+    loaded_from: dict[str, LoadedFrom] = Field(default_factory=dict)
+    """Per model with a deployment of its own: what one of its replicas loaded, and on which node."""
 
 
 class ServedModelResult(BaseModel):

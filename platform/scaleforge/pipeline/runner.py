@@ -38,18 +38,28 @@ class RecordError(ValueError):
     """A record to reuse does not validate (written by another version): names the file and the field."""
 
 
+class StageOrderError(ValueError):
+    """``--to`` names a stage before ``--from``."""
+
+
 class Pipeline:
-    """Runs the stages of ``cfg`` in order; ``redo_from`` redoes that stage and every later one.
+    """Runs the stages of ``cfg`` in order; ``redo_from`` redoes that stage and every later one, and
+    ``stop_after`` ends the run after that stage (each stage can run as a process of its own).
 
     Raises:
         RecordError: a record that this run would reuse does not validate.
+        StageOrderError: ``stop_after`` comes before ``redo_from``.
     """
 
-    def __init__(self, cfg: PipelineConfig, redo_from: Optional[Stage] = None, log: Callable[[str], None] = print):
+    def __init__(self, cfg: PipelineConfig, redo_from: Optional[Stage] = None, log: Callable[[str], None] = print,
+                 stop_after: Optional[Stage] = None):
+        if redo_from and stop_after and STAGES.index(stop_after) < STAGES.index(redo_from):
+            raise StageOrderError(f"--to {stop_after} comes before --from {redo_from} (stages: {', '.join(STAGES)})")
         self.cfg, self.log = cfg, log
         self.out = storage.normalize(cfg.output)
         self.records = Records()
-        kept = PIPELINE[:STAGES.index(redo_from)] if redo_from else PIPELINE
+        self.stages = PIPELINE[:STAGES.index(stop_after) + 1] if stop_after else PIPELINE
+        kept = self.stages[:STAGES.index(redo_from)] if redo_from else self.stages
         self._reused = {stage.name: record for stage in kept if stage.reusable
                         and (record := self._read_record(stage)) is not None}
 
@@ -65,8 +75,9 @@ class Pipeline:
         """
         ctx = StageContext(self.cfg, self.out, self.records, self.log, time.perf_counter())
         started: list[PipelineStage] = []
+        finished = False
         try:
-            for index, stage_class in enumerate(PIPELINE, start=1):
+            for index, stage_class in enumerate(self.stages, start=1):
                 name = stage_class.name
                 if name in self._reused:
                     setattr(self.records, name, self._reused[name])
@@ -79,9 +90,14 @@ class Pipeline:
                 write_atomic(self.record_path(name), record.model_dump_json(indent=2) + "\n")
                 setattr(self.records, name, record)
                 self.log(f"[pipeline] {name}: done in {record.wall_s:.1f} s")
+            finished = True
         finally:
             for stage in reversed(started):
-                stage.close()
+                if finished and stage.outlives_run and stage is started[-1] and stage.name != STAGES[-1]:
+                    self.log(f"[pipeline] {stage.name}: left running for the next run (--from "
+                             f"{STAGES[STAGES.index(stage.name) + 1]})")
+                else:
+                    stage.close()
         return self.records
 
     def _run_stage(self, stage: PipelineStage, ctx: StageContext) -> StageRecord:
@@ -100,7 +116,12 @@ class Pipeline:
         if not storage.is_file(path):
             return None
         try:
-            return stage.record.model_validate_json(storage.read_text(path))
+            record = stage.record.model_validate_json(storage.read_text(path))
         except ValidationError as err:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
             raise RecordError(f"{path}: {problems} (redo the stage: --from {stage.name})") from None
+        reason = stage.stale(record)
+        if reason is not None:
+            self.log(f"[pipeline] {stage.name}: not reused, {reason}")
+            return None
+        return record

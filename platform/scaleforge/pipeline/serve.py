@@ -1,21 +1,35 @@
 """The serve stage: the calibrated Serve config, each model placed for this cluster's hardware, deployed."""
 
+from typing import Optional
+
+import httpx
+
 from scaleforge.cluster import free_ports
 from scaleforge.config import ServeConfig, load_config
 from scaleforge.config.serve import ServeArgs
 from scaleforge.pipeline.base import PipelineStage, StageContext
-from scaleforge.pipeline.records import Placement, ServeRecord
+from scaleforge.pipeline.records import LoadedFrom, Placement, ServeRecord
 
 
 class ServeStage(PipelineStage):
-    """Serve runs until the pipeline ends (the query stage needs it), then :meth:`close` deletes its apps."""
+    """Serve runs until the pipeline ends (the query stage needs it), then :meth:`close` deletes its apps;
+    a run that stops here (``--to serve``) leaves them running for a later ``--from query``."""
 
     name = "serve"
     record = ServeRecord
-    reusable = False
+    outlives_run = True
 
     def __init__(self) -> None:
         self._apps: list[str] = []
+
+    @classmethod
+    def stale(cls, record: ServeRecord) -> Optional[str]:
+        """A recorded endpoint is reused only while it answers ready (apps are deleted when a run ends)."""
+        try:
+            answer = httpx.get(f"{record.url}/v2/health/ready", timeout=5)
+        except httpx.HTTPError as err:
+            return f"{record.url} does not answer ({type(err).__name__})"
+        return None if answer.status_code == 200 else f"{record.url}/v2/health/ready answers {answer.status_code}"
 
     def run(self, ctx: StageContext) -> ServeRecord:
         from scaleforge.deploy import deploy
@@ -27,7 +41,8 @@ class ServeStage(PipelineStage):
             "http_options": cfg.http_options.model_copy(update={"port": free_ports(1)[0]}),
             "applications": [app.model_copy(update={"args": args}), *cfg.applications[1:]]})
         self._apps = [a.name for a in cfg.applications]  # a deploy that fails half way has started some
-        return ServeRecord(url=deploy(cfg), placement=placement)
+        url = deploy(cfg)
+        return ServeRecord(url=url, placement=placement, loaded_from=_loaded_from(app.name, args))
 
     def close(self) -> None:
         """Delete this run's applications (other apps on a shared cluster, and Serve itself, stay)."""
@@ -35,6 +50,15 @@ class ServeStage(PipelineStage):
 
         for name in self._apps:
             serve.delete(name)
+
+
+def _loaded_from(app: str, args: ServeArgs) -> dict[str, LoadedFrom]:
+    """Ask a replica of each model deployment what it loaded and where it runs."""
+    from ray import serve
+
+    return {model.name: LoadedFrom.model_validate(serve.get_deployment_handle(model.deployment_name, app_name=app)
+                                                  .loaded_from.remote().result(timeout_s=60))
+            for model in args.models if not model.in_ingress}
 
 
 def _place(ctx: StageContext, args: ServeArgs) -> tuple[ServeArgs, Placement]:
