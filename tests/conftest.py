@@ -10,11 +10,22 @@ from scaleforge.storage.local_s3 import LocalS3
 
 REPO = Path(__file__).resolve().parents[1]
 # Every Ray this session starts, its own and those of the subprocesses it runs (jobs, drills, heads).
-for _name, _value in {**FAST_POLLING, "SCALEFORGE_RAY_DASHBOARD": "0"}.items():  # no test opens a dashboard
+for _name, _value in {**FAST_POLLING, "SCALEFORGE_RAY_DASHBOARD": "0",  # no test opens a dashboard
+                       # matplotlib's font cache stays where it is when a test gives a process a home of its own
+                       "MPLCONFIGDIR": str(Path.home() / ".config" / "matplotlib")}.items():
     os.environ.setdefault(_name, _value)
 # Credentials for the suite's own S3 server (the `s3` fixture), set before any Ray starts so that
 # every worker, replica and job inherits them, as nodes of a cloud cluster get theirs.
 LocalS3.credentials()
+
+
+STARTS_FIRST = ("jobs/test_pipeline.py",)
+"""The longest test file (minutes): `make test` runs files on two workers (pytest-xdist, a file per
+worker at a time), and this one starts first so that it does not end the run alone."""
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: not any(item.nodeid.startswith(f"tests/{name}") for name in STARTS_FIRST))
 
 
 @pytest.fixture(scope="session")

@@ -46,6 +46,7 @@ def test_runtime_env_of_an_app_reaches_its_replicas(ray_cluster, tiny, monkeypat
     """`auth.token_env` names a variable that only the app's runtime_env sets: the replicas read it."""
     data, artifact = tiny
     monkeypatch.delenv("SF_DEPLOY_TOKEN", raising=False)
+    serve.shutdown()  # a Serve left by an earlier test keeps its own port
     port = free_port()
     cfg = _config(artifact, port, runtime_env={"env_vars": {"SF_DEPLOY_TOKEN": "from-runtime-env"}},
                   args={"auth": {"token_env": "SF_DEPLOY_TOKEN"}})
