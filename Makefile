@@ -33,14 +33,14 @@ demo: install
 # waiting on processes it starts (jobs, heads, replicas); tests/conftest.py starts the longest first.
 PYTEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 # On a machine with CUDA (install the CUDA build of torch first, see README): the GPU path, ~5 min.
 gpu-check: install
 	$(BIN)/python -m pytest -q -m gpu tests/gpu
 
 test-fast: install
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow"
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow"
 
 # Every benchmark in bench/, side by side runs; their tables go into docs/results.md. A benchmark
 # that ran to its bars but missed one gets its table written too (it ends "missed: ..."); one that

@@ -9,6 +9,7 @@ import yaml
 from compress_helpers import TINY_TEACHER
 from jobs.compress import main
 from scaleforge.artifacts import save_artifact
+from scaleforge.config import CompressJobConfig, load_config
 from scaleforge.models import build_model
 
 RECIPE = [
@@ -81,6 +82,7 @@ def test_a_missing_teacher_and_a_bad_override_are_named(tmp_path, teacher, capsy
 
 def test_the_shipped_config_names_the_default_teacher():
     config = yaml.safe_load(Path("configs/compress.yaml").read_text())
-    assert config["teacher"] == "~/scaleforge/artifacts/teacher"
+    assert (config["storage"], config["teacher"]) == ("~/scaleforge", "artifacts/teacher")
+    assert load_config(CompressJobConfig, "configs/compress.yaml").teacher == "~/scaleforge/artifacts/teacher"
     assert [step["step"] for step in config["recipe"]] == ["distill", "prune", "quantize", "export"]
     assert json.dumps(config)  # plain YAML, no tags

@@ -30,13 +30,18 @@ def _plain_matmul_tflops(size=1024, repeats=20):
 
 def test_hwbench_measures_every_node_and_agrees_with_a_plain_matmul_loop(ray_cluster, tmp_path):
     cfg = load_config(HWBenchConfig, REPO / "configs/hwbench.yaml", [f"output={tmp_path / 'hw.json'}", "repeats=20"])
-    result = run_hwbench(cfg)
-    nodes = [n for n in ray_cluster.nodes() if n["Alive"]]
-    cpus = [r for r in result.reports if r.device == "cpu"]
-    assert len(cpus) == len(nodes)
-    cpu = cpus[0]
-    assert cpu.matmul_tflops["fp32"] > 0 and cpu.memory_gbps > 0
-    plain = _plain_matmul_tflops()  # best of 20 on both sides: robust to other work on a shared machine
+    # Best of 20 on both sides, and up to three pairs of measurements: other work on the machine (the
+    # suite's other worker) may slow one side of one pair; a wrong unit or formula misses every time.
+    for _ in range(3):
+        result = run_hwbench(cfg)
+        nodes = [n for n in ray_cluster.nodes() if n["Alive"]]
+        cpus = [r for r in result.reports if r.device == "cpu"]
+        assert len(cpus) == len(nodes)
+        cpu = cpus[0]
+        assert cpu.matmul_tflops["fp32"] > 0 and cpu.memory_gbps > 0
+        plain = _plain_matmul_tflops()
+        if 0.5 <= cpu.matmul_tflops["fp32"] / plain <= 2.0:
+            break
     assert 0.5 <= cpu.matmul_tflops["fp32"] / plain <= 2.0, (cpu.matmul_tflops, plain)
     written = json.loads((tmp_path / "hw.json").read_text())
     assert written[0]["matmul_tflops"]["fp32"] == cpu.matmul_tflops["fp32"]

@@ -104,12 +104,16 @@ def _submit(machines, tmp_path, machine, root, *extra) -> str:
     succeeded. ``machine``: the home and cache its processes get (None: those of the node it runs on)."""
     submission_id = f"sf-pipeline-{machine or 'node'}-{secrets.token_hex(3)}"
     runtime_env = {"env_vars": disk_of(tmp_path / machine)} if machine else {}
-    out = subprocess.run([RAY, "job", "submit", "--address", machines["dashboard"], "--submission-id", submission_id,
-                          "--working-dir", ".", "--runtime-env-json", json.dumps(runtime_env), "--",
-                          sys.executable, "-m", "jobs.pipeline", "--config", "configs/pipeline.yaml",
-                          "--set", f"storage={root}", *TINY, *extra],
-                         cwd=REPO, capture_output=True, text=True, timeout=900, env=machines["cli"])
-    console = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
+    command = [RAY, "job", "submit", "--address", machines["dashboard"], "--submission-id", submission_id,
+               "--working-dir", ".", "--runtime-env-json", json.dumps(runtime_env), "--",
+               sys.executable, "-m", "jobs.pipeline", "--config", "configs/pipeline.yaml",
+               "--set", f"storage={root}", *TINY, *extra]
+    for _ in range(30):  # a head whose dashboard answers may not have its job agent yet ("try again later")
+        out = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900, env=machines["cli"])
+        console = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
+        if "No available agent to submit job" not in console:
+            break
+        time.sleep(2)
     assert f"Job '{submission_id}' succeeded" in console, console[-5000:]
     logs = _ray_job_logs(machines, submission_id)
     _assert_console_is_ours(logs)
