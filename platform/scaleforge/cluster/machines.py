@@ -63,9 +63,16 @@ class Machines:
             The ``ray._private.node.Node`` (its ``node_id`` names it in Ray's state).
         """
         # Short, under /tmp: Ray's socket paths must fit in 107 bytes.
-        self._ray_folders.append(tempfile.mkdtemp(prefix="sfnode", dir="/tmp"))
+        folder = tempfile.mkdtemp(prefix="sfnode", dir="/tmp")
+        self._ray_folders.append(folder)
         with own_disk(self.root / name):
-            return self.cluster.add_node(temp_dir=self._ray_folders[-1], **node_args)
+            node = self.cluster.add_node(temp_dir=folder, **node_args)
+        # As `ray start` does: the node's folder names its cluster, which a job's driver joins ("auto");
+        # without it Ray falls back to the machine's last started cluster, which may be another one.
+        from ray._private.utils import write_ray_address
+
+        write_ray_address(self.cluster.address, folder)
+        return node
 
     def shutdown(self) -> None:
         self.cluster.shutdown()
