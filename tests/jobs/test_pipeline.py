@@ -17,10 +17,10 @@ import re
 import secrets
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -28,6 +28,7 @@ import pytest
 
 from conftest import REPO
 from scaleforge import storage
+from scaleforge.cluster import free_ports
 from scaleforge.cluster.local import RAY
 from scaleforge.cluster.machines import disk_of
 
@@ -151,7 +152,10 @@ def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machi
     assert "compress: reused" in calibrated and "moe: running" in calibrated and "calibrate: running" in calibrated
     served = _submit(machines, tmp_path, None, root, "--from", "serve", "--to", "serve")
     assert "serve: left running for the next run (--from query)" in served
-    queried = _submit(machines, tmp_path, "query", root, "--from", "query")
+    # jobs.serve of the serve config in the bucket comes up on a machine of its own meanwhile.
+    with _jobs_serve(storage.join(out, "serve.yaml"), _machine(tmp_path, "jobs-serve")) as jobs_serve_ready:
+        queried = _submit(machines, tmp_path, "query", root, "--from", "query")
+        jobs_serve_ready()
     assert "serve: reused" in queried and "[query] cascade: requests" in queried
     assert storage.read_text(manifest) == manifest_before
     assert json.loads(storage.read_text(storage.join(records, "teacher.json")))["artifact"] == teacher
@@ -182,7 +186,6 @@ def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machi
                  "cascade_accuracy_vs_cost.png"):
         assert report.get(name, 0) > 0, name
 
-    _serve_job_is_ready_within_two_minutes(storage.join(out, "serve.yaml"), _machine(tmp_path, "jobs-serve"))
     # The compression job's teacher came through its own cache; nothing was written locally but caches.
     assert list((tmp_path / "compress" / "cache" / "artifacts").glob("*/model.safetensors"))
     assert list((tmp_path / "jobs-serve" / "cache" / "artifacts").glob("*/model.safetensors"))
@@ -192,34 +195,37 @@ def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machi
     assert kept == [], kept
 
 
-def _serve_job_is_ready_within_two_minutes(config: str, env: dict[str, str]) -> None:
-    """``python -m jobs.serve`` of the config the pipeline wrote, on an embedded Ray of its own: every
-    app running and answering within 2 minutes (its deployments ask for more CPUs than this machine
-    has cores; the embedded cluster is sized to what they ask)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+@contextmanager
+def _jobs_serve(config: str, env: dict[str, str]):
+    """``python -m jobs.serve`` of the config the pipeline wrote, on an embedded Ray of its own, started
+    on entering (it comes up while the test goes on); ``ready()`` then checks that every app was
+    running and answering within 2 minutes of the start (its deployments ask for more CPUs than this
+    machine has cores; the embedded cluster is sized to what they ask), and Ctrl-C stops it quietly."""
+    (port,) = free_ports(1)
     began = time.monotonic()
     job = subprocess.Popen([sys.executable, "-m", "jobs.serve", "--config", str(config),
                             "--set", f"http_options.port={port}"], cwd=REPO, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, env=env)
-    try:
+
+    def ready() -> None:
         lines = []
         while not any(line.startswith("serving ") for line in lines):
             left = 120 - (time.monotonic() - began)
             assert left > 0 and job.poll() is None, "jobs.serve not serving within 120 s:\n" + "".join(lines)
             if select.select([job.stdout], [], [], left)[0]:
                 lines.append(job.stdout.readline())
-        ready = time.monotonic() - began
+        print(f"jobs.serve ready after {time.monotonic() - began:.0f} s")
         body = {"inputs": [{"name": "input", "shape": [2, 40], "datatype": "FP32", "data": [0.1] * 80}]}
         for model in ("teacher", "cascade", "moe"):
             answer = httpx.post(f"http://127.0.0.1:{port}/v2/models/{model}/infer", json=body, timeout=60)
             assert answer.status_code == 200, (model, answer.text)
-        print(f"jobs.serve ready after {ready:.0f} s")
         job.send_signal(signal.SIGINT)  # Ctrl-C: it stops within seconds, and quietly
         rest, _ = job.communicate(timeout=30)
         assert job.returncode == 0, rest
         _assert_console_is_ours("".join(lines) + rest)
+
+    try:
+        yield ready
     finally:
         if job.poll() is None:
             job.kill()

@@ -76,16 +76,16 @@ def test_a_submitted_tensor_parallel_job_succeeds_and_its_artifact_predicts_what
     """``ray job submit`` of ``jobs.train`` with a tensor-parallel transformer (tp=2) succeeds, its
     progress reaches the job's logs, and the exported artifact loads and predicts in one process
     exactly what the job reported. (The full config's 0.92 bar, submitted the same way: ``bench/training.py``.)"""
-    logs = _submit_training(head, tmp_path, "configs/train_tp.yaml", "data.num_samples=8000", "optim.epochs=2")
+    logs = _submit_training(head, tmp_path, "configs/train_tp.yaml", "data.num_samples=4000", "optim.epochs=2")
     assert "[train] epoch 2/2" in logs and f"artifact: {tmp_path / 'artifact'}" in logs
     assert "[memory] rank 1:" in logs and "(0.5" in logs.split("[memory] rank 1:")[1].splitlines()[0]
     artifact = load_artifact(tmp_path / "artifact")
     assert artifact.manifest["training"]["parallel"]["tp"] == 2
-    assert artifact.manifest["dataset"]["num_train"] == 6400
-    arrays = load_arrays(DataSpec(source="mnist1d", num_samples=8000, seed=42))  # configs/train_tp.yaml's data
+    assert artifact.manifest["dataset"]["num_train"] == 3200
+    arrays = load_arrays(DataSpec(source="mnist1d", num_samples=4000, seed=42))  # configs/train_tp.yaml's data
     assert arrays.fingerprint == artifact.manifest["dataset"]["fingerprint"]
     with torch.no_grad():
         predictions = artifact.model(torch.as_tensor(arrays.x_test, dtype=torch.float32)).argmax(1)
     accuracy = (predictions == torch.as_tensor(arrays.y_test)).float().mean().item()
     assert accuracy == pytest.approx(artifact.manifest["metrics"]["test_accuracy"], abs=2e-3)
-    assert accuracy > 0.3  # 10 classes: chance is 0.1
+    assert accuracy > 0.2  # 10 classes: chance is 0.1 (2 epochs on 3,200 examples)
