@@ -12,6 +12,7 @@ import math
 import time
 from dataclasses import dataclass
 
+import httpx
 import ray
 from ray import serve
 from ray.serve._private import api as serve_api  # what `serve run config.yaml` calls (Ray 2.60)
@@ -101,11 +102,40 @@ def deploy(cfg: ServeConfig, ready_within_s: float = 300) -> str:
     if asked > free + 1e-9:
         raise AppCheckError(f"the applications ask for {asked:g} CPUs (replicas x num_cpus of every model and "
                             f"ingress) and the cluster has {free:g} free of {ray.cluster_resources().get('CPU', 0):g}")
-    client = serve_api.serve_start(proxy_location=cfg.proxy_location,
-                                   http_options=cfg.http_options.model_dump(exclude_none=True))
+    began = time.monotonic()
+    client = _start_serve(cfg)
     client.deploy_apps(ServeDeploySchema.model_validate(cfg.model_dump(mode="json", exclude_none=True)))
     _wait_until_running([app.name for app in cfg.applications], ready_within_s)
-    return f"http://{client.http_config.host}:{client.http_config.port}"
+    url = f"http://{client.http_config.host}:{client.http_config.port}"
+    _wait_until_answering(url, ready_within_s - (time.monotonic() - began))
+    return url
+
+
+def _start_serve(cfg: ServeConfig, attempts: int = 3):
+    """Start Serve (or join the one running) as ``serve run`` does. On a loaded node a proxy may miss
+    its ready check (5 s) while it starts, and Serve kills it and starts another: the start raises
+    then, and is repeated (the restarted proxy is waited for by :func:`_wait_until_answering`)."""
+    for attempt in range(attempts):
+        try:
+            return serve_api.serve_start(proxy_location=cfg.proxy_location,
+                                         http_options=cfg.http_options.model_dump(exclude_none=True))
+        except ray.exceptions.RayActorError:
+            if attempt == attempts - 1:
+                raise
+
+
+def _wait_until_answering(url: str, within_s: float) -> None:
+    """Until the HTTP proxy at ``url`` answers its health route (it may still be starting)."""
+    deadline = time.monotonic() + max(within_s, 10.0)
+    while True:
+        try:
+            if httpx.get(f"{url}/-/healthz", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Serve's HTTP proxy at {url} did not answer /-/healthz within {within_s:.0f} s")
+        time.sleep(0.5)
 
 
 def _wait_until_running(names: list[str], within_s: float) -> None:
