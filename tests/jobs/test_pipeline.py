@@ -152,9 +152,10 @@ def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machi
     assert "compress: reused" in calibrated and "moe: running" in calibrated and "calibrate: running" in calibrated
     served = _submit(machines, tmp_path, None, root, "--from", "serve", "--to", "serve")
     assert "serve: left running for the next run (--from query)" in served
-    # jobs.serve of the serve config in the bucket comes up on a machine of its own meanwhile.
+    queried = _submit(machines, tmp_path, "query", root, "--from", "query")
+    # jobs.serve of the serve config in the bucket, on a machine of its own (started after the query: next
+    # to the other jobs on this machine's two cores it could not show its own start-up time).
     with _jobs_serve(storage.join(out, "serve.yaml"), _machine(tmp_path, "jobs-serve")) as jobs_serve_ready:
-        queried = _submit(machines, tmp_path, "query", root, "--from", "query")
         jobs_serve_ready()
     assert "serve: reused" in queried and "[query] cascade: requests" in queried
     assert storage.read_text(manifest) == manifest_before
