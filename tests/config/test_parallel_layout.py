@@ -17,8 +17,8 @@ CASES = {
     ("model.ff_dim=99",): "parallel.tp (2) must divide model.ff_dim (99)",
     ("scaling.num_workers=4", "parallel.tp=1", "parallel.pp=4"):
         "parallel.pp (4) must be at most model.num_layers (3): each pipeline stage holds whole layers",
-    ("model={name: cnn1d}",): "parallel.tp (2) needs model.name=transformer, not cnn1d",
-    ("model={name: mlp}", "parallel.tp=1", "parallel.pp=2"): "parallel.pp (2) needs model.name=transformer, not mlp",
+    ("model={name: cnn1d}",): "parallel.tp (2) needs model.name=transformer or transformer_lm, not cnn1d",
+    ("model={name: mlp}", "parallel.tp=1", "parallel.pp=2"): "parallel.pp (2) needs model.name=transformer or transformer_lm, not mlp",
     ("scaling.num_workers=4", "parallel.pp=2"): "parallel: tp (2) and pp (2) do not combine",
     ("scaling.num_workers=4", "parallel.tp=1", "parallel.fsdp=2", "parallel.pp=2"): "parallel: fsdp (2) and pp (2) do not combine",
     ("parallel.tp=1", "parallel.pp=2", "parallel.microbatches=3"): "parallel.microbatches (3) must divide optim.batch_size (512)",

@@ -4,14 +4,13 @@ each worker holds about half of the model state."""
 
 import itertools
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
+from gloo_ranks import run_ranks
 from scaleforge.distributed import ParallelDims
 from scaleforge.distributed.batches import ReplicatedBatches
 from scaleforge.distributed.memory import memory_held, single_process_memory
@@ -95,23 +94,15 @@ def _memory(layout):
     return vars(split.memory(optimizer))
 
 
-def _worker(rank, world, port, folder, layouts, memory_layouts):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.set_num_threads(1)
-    results = {name: _numerics(layout, os.path.join(folder, name.replace(" ", "_"))) for name, layout in layouts.items()}
-    memory = {name: _memory(layout) for name, layout in memory_layouts.items()}
-    torch.save({"numerics": results, "memory": memory}, os.path.join(folder, f"rank{rank}.pt"))
-    dist.destroy_process_group()
+def _work(folder, layouts, memory_layouts):
+    return {"numerics": {name: _numerics(layout, os.path.join(folder, name.replace(" ", "_")))
+                         for name, layout in layouts.items()},
+            "memory": {name: _memory(layout) for name, layout in memory_layouts.items()}}
 
 
 def _spawn(tmp_path_factory, world, layouts, memory_layouts):
     folder = tmp_path_factory.mktemp(f"mp{world}")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_worker, args=(world, port, str(folder), layouts, memory_layouts), nprocs=world, join=True)
-    return folder, [torch.load(folder / f"rank{r}.pt", weights_only=True) for r in range(world)]
+    return folder, run_ranks(folder, world, _work, str(folder), layouts, memory_layouts)
 
 
 @pytest.fixture(scope="module")

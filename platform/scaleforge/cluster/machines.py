@@ -51,8 +51,12 @@ class Machines:
     """
 
     def __init__(self, root: Path):
+        from ray._common.utils import get_default_ray_temp_dir
         from ray.cluster_utils import Cluster
 
+        # Cluster.add_node also names the cluster in the machine's default Ray folder, which a machine
+        # that never ran Ray has not created yet.
+        os.makedirs(get_default_ray_temp_dir(), exist_ok=True)
         self.root, self.cluster = Path(root), Cluster()
         self._ray_folders: list[str] = []
 

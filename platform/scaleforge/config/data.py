@@ -6,9 +6,9 @@ cluster reaches, so the schema neither opens nor resolves it.
 """
 
 from pathlib import PurePosixPath
-from typing import Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PositiveInt, Tag, field_validator, model_validator
 
 MNIST1D = "mnist1d"
 FILE_SUFFIXES = (".npz", ".parquet")
@@ -19,6 +19,8 @@ class DataSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    kind: Literal["arrays"] = "arrays"
+    """Examples as feature rows and labels (``kind: text`` is a :class:`TextDataSpec`)."""
     source: str = MNIST1D
     """``mnist1d``, or the path or URI of a ``.npz`` or ``.parquet`` file holding ``x`` (features) and
     ``y`` (labels)."""
@@ -65,6 +67,42 @@ class DataSpec(BaseModel):
     def files(self) -> list[str]:
         """The files this spec reads, as written (none for MNIST-1D)."""
         return [p for p in (None if self.is_mnist1d else self.source, self.test_path) if p]
+
+
+class TextDataSpec(BaseModel):
+    """Text for a language model (``kind: text``): the running interpreter's standard library, or a
+    folder of the user's own text files, split by file and cut into windows of ``seq_len`` tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["text"] = "text"
+    """Marks a text section (a ``data`` section without ``kind`` holds arrays)."""
+    source: str = "stdlib"
+    """``stdlib`` (the ``.py`` files of the interpreter's standard library, without tests and
+    installed packages), or a folder whose UTF-8 files are the corpus."""
+    seq_len: PositiveInt = 128
+    """Tokens per training window; the model predicts each token from the ones before it."""
+    validation_fraction: float = Field(default=0.05, gt=0.0, lt=1.0)
+    """Share of the files held out for validation, chosen by a hash of each file's path."""
+    tokenizer: Literal["bytes"] = "bytes"
+    """``bytes``: UTF-8 bytes as tokens (vocabulary 256, nothing to train)."""
+    max_train_bytes: Optional[PositiveInt] = None
+    """Train on the first this many bytes of the training split only (small runs and tests)."""
+    max_validation_bytes: Optional[PositiveInt] = None
+    """Validate on the first this many bytes of the validation split only."""
+
+    @property
+    def files(self) -> list[str]:
+        return [] if self.source == "stdlib" else [self.source]
+
+
+def _data_kind(value: Any) -> str:
+    return value.get("kind", "arrays") if isinstance(value, dict) else getattr(value, "kind", "arrays")
+
+
+TrainDataSpec = Annotated[Union[Annotated[DataSpec, Tag("arrays")], Annotated[TextDataSpec, Tag("text")]],
+                          Discriminator(_data_kind)]
+"""A training job's ``data``: arrays (:class:`DataSpec`) or, with ``kind: text``, text (:class:`TextDataSpec`)."""
 
 
 def _suffix(path: str) -> str:

@@ -85,34 +85,55 @@ class MoEGateSpec(MoESpec):
     name: Literal["moe_gate"] = "moe_gate"
 
 
-class TransformerSpec(_Spec):
-    """Architecture of a :class:`~scaleforge.models.transformer.TransformerClassifier`."""
+class _TransformerLayers(_Spec):
+    """The layer stack that the classifier and the language model share."""
 
-    name: Literal["transformer"] = "transformer"
-    patch_size: PositiveInt = 4
-    """Consecutive sequence values embedded together as one token."""
     d_model: PositiveInt = 64
     """Token embedding width."""
     num_heads: PositiveInt = 4
     """Attention heads per layer; must divide d_model."""
     num_layers: PositiveInt = 2
-    """Encoder layers."""
+    """Transformer layers."""
     ff_dim: PositiveInt = 128
     """Hidden width of each layer's feed-forward block."""
     dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
-    """Dropout inside the encoder layers."""
+    """Dropout inside the layers."""
     moe: Optional[MoESpec] = None
     """If set, every layer's feed-forward block is this Mixture of Experts, routed per token
     (its ``d_model`` is taken from this spec)."""
 
     @model_validator(mode="after")
-    def _heads_divide_width(self) -> "TransformerSpec":
+    def _heads_divide_width(self):
         if self.d_model % self.num_heads:
             raise ValueError(f"model.d_model ({self.d_model}) must be divisible by model.num_heads ({self.num_heads})")
         return self
 
 
-_SPECS = (MLPSpec, CNN1dSpec, TransformerSpec, MoESpec, MoEGateSpec)
+class TransformerSpec(_TransformerLayers):
+    """Architecture of a :class:`~scaleforge.models.transformer.TransformerClassifier` (pre-norm encoder
+    layers, ReLU feed-forward)."""
+
+    name: Literal["transformer"] = "transformer"
+    patch_size: PositiveInt = 4
+    """Consecutive sequence values embedded together as one token."""
+
+
+class TransformerLMSpec(_TransformerLayers):
+    """Architecture of a :class:`~scaleforge.models.transformer_lm.TransformerLM`: a decoder-only
+    language model (GPT-2's shape: pre-norm, causal attention, GELU feed-forward, tied embeddings).
+
+    Its vocabulary is the tokenizer's and its sequence length the data's (``data.seq_len``), which
+    must not exceed ``context``.
+    """
+
+    name: Literal["transformer_lm"] = "transformer_lm"
+    context: PositiveInt = 256
+    """Longest sequence the model attends over (rows of its learned position table)."""
+    tie_embeddings: bool = True
+    """The output projection is the token embedding, transposed (Press & Wolf 2017)."""
+
+
+_SPECS = (MLPSpec, CNN1dSpec, TransformerSpec, MoESpec, MoEGateSpec, TransformerLMSpec)
 ModelSpec = Annotated[Union[_SPECS], Field(discriminator="name")]
 """Any registered model's spec, told apart by ``name``."""
 MODEL_NAMES = tuple(spec.model_fields["name"].default for spec in _SPECS)

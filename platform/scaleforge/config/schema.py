@@ -4,7 +4,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from scaleforge.config.data import DataSpec
+from scaleforge.config.data import DataSpec, TrainDataSpec
 from scaleforge.config.models import CNN1dSpec, ModelSpec
 from scaleforge.config.storage_root import storage_layout
 from scaleforge.distributed.dims import ParallelDims
@@ -23,6 +23,9 @@ class ScalingSpec(_Section):
     """One GPU per worker, NCCL backend; CPU workers use gloo."""
     resources_per_worker: dict[str, float] = Field(default_factory=lambda: {"CPU": 1})
     """Ray resources each worker reserves, e.g. ``{CPU: 2}`` or ``{CPU: 4, GPU: 1}``."""
+    device_memory_gb: Optional[PositiveFloat] = None
+    """Memory of each worker's device, in GB: a layout whose model state and activations need more
+    is refused before Ray starts (``jobs.train --plan`` prints what each layout needs)."""
 
 
 class OptimSpec(_Section):
@@ -118,7 +121,8 @@ class TrainJobConfig(_Section):
     """The job's storage root, a folder or a URI every node reaches (``s3://bucket/scaleforge``): a path
     the config leaves out or gives relative goes under it, ``artifact.dir`` to ``{storage}/artifacts/model``
     and ``run.storage_path`` to ``{storage}/runs``."""
-    data: DataSpec = Field(default_factory=DataSpec)
+    data: TrainDataSpec = Field(default_factory=DataSpec)
+    """Arrays of examples and labels, or (``kind: text``) text for a language model."""
     model: ModelSpec = Field(default_factory=CNN1dSpec)
     optim: OptimSpec = Field(default_factory=OptimSpec)
     scaling: ScalingSpec = Field(default_factory=ScalingSpec)
@@ -147,7 +151,17 @@ class TrainJobConfig(_Section):
                     f"(run.checkpoint_every={self.run.checkpoint_every}) and within optim.epochs ({self.optim.epochs})"
                 )
         self._check_parallel_layout()
+        self._check_task()
         return self
+
+    def _check_task(self) -> None:
+        """A language model trains on text, and text trains a language model."""
+        text, language_model = self.data.kind == "text", self.model.name == "transformer_lm"
+        if text != language_model:
+            raise ValueError("model.name=transformer_lm trains on data.kind=text" if language_model
+                             else f"data.kind=text trains model.name=transformer_lm, not {self.model.name}")
+        if text and self.data.seq_len > self.model.context:
+            raise ValueError(f"data.seq_len ({self.data.seq_len}) is above model.context ({self.model.context})")
 
     @property
     def dims(self) -> ParallelDims:
@@ -176,8 +190,9 @@ class TrainJobConfig(_Section):
         if getattr(model, "moe", None) is not None or model.name in ("moe", "moe_gate"):
             raise ValueError(f"parallel.{next(iter(split))} needs a dense model; MoE layers split with parallel.ep")
         for name in ("tp", "pp"):
-            if name in split and model.name != "transformer":
-                raise ValueError(f"parallel.{name} ({split[name]}) needs model.name=transformer, not {model.name}")
+            if name in split and model.name not in ("transformer", "transformer_lm"):
+                raise ValueError(f"parallel.{name} ({split[name]}) needs model.name=transformer or transformer_lm, "
+                                 f"not {model.name}")
         if "tp" in split:  # tp | num_heads also gives tp | d_model (d_model is a multiple of num_heads)
             for field in ("num_heads", "ff_dim"):
                 if getattr(model, field) % parallel.tp:

@@ -6,6 +6,8 @@ from scaleforge import storage
 from scaleforge.config.data import DataSpec
 from scaleforge.config.loader import ConfigError
 from scaleforge.data.sources import DatasetInfo, describe, localized
+from scaleforge.text.corpus import CorpusError, load_corpus
+from scaleforge.text.dataset import describe_text
 
 
 def check_files(spec: DataSpec, field: str = "data") -> None:
@@ -45,6 +47,15 @@ def check_data(spec: DataSpec, field: str = "data") -> DatasetInfo:
     Raises:
         ConfigError: a file is missing, unreadable, or holds malformed arrays.
     """
+    if spec.kind == "text":
+        try:
+            info = describe_text(spec, load_corpus(localized(spec).source, spec.validation_fraction))
+        except CorpusError as err:
+            raise ConfigError(f"{field}.source: {err}") from None
+        if not info.num_test:
+            raise ConfigError(f"{field}.seq_len ({spec.seq_len}): the validation split of {spec.source!r} is shorter "
+                              "than one window; lower data.seq_len or raise data.validation_fraction")
+        return info
     check_files(spec, field)
     try:
         return describe(spec)

@@ -1,6 +1,7 @@
 """Turn a :class:`DataSpec` into the Ray Datasets that Ray Train shards across workers."""
 
 from dataclasses import dataclass
+from typing import Union
 
 import pyarrow as pa
 import ray.data
@@ -17,7 +18,8 @@ from scaleforge.data.sources import (
     parquet_paths,
     to_training_batch,
 )
-from scaleforge.config.data import DataSpec
+from scaleforge.config.data import DataSpec, TextDataSpec
+from scaleforge.text.dataset import read_text, text_datasets
 
 
 @dataclass
@@ -29,8 +31,9 @@ class TrainingData:
     fingerprint: str
 
 
-def build_ray_datasets(spec: DataSpec) -> TrainingData:
-    """Ray Datasets with ``train`` and ``test`` splits, columns ``x`` (float32 rows) and ``y`` (int64).
+def build_ray_datasets(spec: Union[DataSpec, TextDataSpec]) -> TrainingData:
+    """Ray Datasets with ``train`` and ``test`` splits, columns ``x`` (float32 rows) and ``y`` (int64);
+    for text, token windows and their next tokens (:mod:`scaleforge.text.dataset`).
 
     Parquet is read with ``ray.data.read_parquet``. Data larger than a tenth of the object store
     streams to the workers, read again every epoch; smaller data is read once and kept in the object
@@ -39,6 +42,9 @@ def build_ray_datasets(spec: DataSpec) -> TrainingData:
     """
     _quiet_ray_data()
     spec = localized(spec)
+    if spec.kind == "text":
+        splits = read_text(spec)
+        return TrainingData(text_datasets(splits), splits.info, splits.fingerprint)
     if is_parquet(spec):
         info = describe(spec)
         keep = _fits_in_object_store((info.num_train + info.num_test) * (info.input_dim + 1) * 4)

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 from scaleforge import storage
 from scaleforge.data.mnist1d import NUM_CLASSES, SEQUENCE_LENGTH, load_mnist1d, split_sizes
 from scaleforge.config.data import DataSpec
+from scaleforge.text.corpus import STDLIB
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,13 @@ class DatasetInfo:
     num_train: int
     num_test: int
     input_dim: int
+    """Features per example; a language model's sequence length."""
     num_classes: int
+    """Classes; a language model's vocabulary."""
+    tokens: bool = False
+    """``x`` holds token ids and ``y`` the next token at every position (a language model's data)."""
+    bytes_per_token: float = 1.0
+    """Text bytes per token (1 for byte tokens): converts loss per token into bits per byte."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,8 @@ def localized(spec: DataSpec) -> DataSpec:
     The schema keeps paths as written; this is done where the files are read, and before a spec
     is handed to a Ray task whose working directory may differ.
     """
+    if spec.kind == "text":
+        return spec if spec.source == STDLIB else spec.model_copy(update={"source": os.path.abspath(os.path.expanduser(spec.source))})
     if spec.is_mnist1d:
         return spec
     local = {name: os.path.abspath(os.path.expanduser(path)) for name in ("source", "test_path")

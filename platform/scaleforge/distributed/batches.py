@@ -1,6 +1,6 @@
 """Where a Ray Train worker's batches come from.
 
-- :class:`ShardBatches`: this rank's Ray Data shard (data and expert parallelism);
+- :class:`ShardBatches`: this rank's Ray Data shard of the training set (data and expert parallelism);
 - :class:`MeshBatches`: under model parallelism tensor- and pipeline-parallel ranks must see
   identical batches, which Ray Data's per-worker split cannot give, so every worker holds the whole
   (small) dataset as tensors and draws each step's global batch from one seeded permutation
@@ -21,11 +21,17 @@ _EVAL_ROWS = 1024
 
 
 class ShardBatches:
-    """Seeded, locally shuffled batches of this rank's Ray Data shard; the test shard unshuffled."""
+    """Seeded, locally shuffled batches of this rank's Ray Data shard of the training set.
 
-    def __init__(self, batch_size: int, seed: int, num_train: int, world: int, columns: dict[str, torch.dtype]):
-        self.batch_size, self.seed = batch_size, seed
-        self.dtypes = {"x": torch.float32, "y": torch.int64, **columns}
+    The test set is not split by Ray Data, whose equal split drops up to ``world - 1`` rows: every
+    rank reads it whole, in order, and evaluates rows ``rank, rank + world, ...`` of each batch, so
+    the ranks together score every row once, in the same number of (collective) forward passes.
+    """
+
+    def __init__(self, batch_size: int, seed: int, num_train: int, rank: int, world: int,
+                 columns: dict[str, torch.dtype]):
+        self.batch_size, self.seed, self.rank, self.world = batch_size, seed, rank, world
+        self.dtypes = dict(columns)
         self.train_shard, self.test_shard = ray.train.get_dataset_shard("train"), ray.train.get_dataset_shard("test")
         self.steps_per_epoch = math.ceil((num_train // world) / batch_size)
         self.eval_rows = _EVAL_ROWS
@@ -39,9 +45,10 @@ class ShardBatches:
             yield Batch(batch.pop("x"), batch.pop("y"), batch)
 
     def test(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        batches = self.test_shard.iter_torch_batches(batch_size=self.eval_rows, device=ray.train.torch.get_device(),
-                                                     dtypes={"x": torch.float32, "y": torch.int64})
-        return ((batch["x"], batch["y"]) for batch in batches)
+        batches = self.test_shard.iter_torch_batches(batch_size=self.eval_rows * self.world,
+                                                     device=ray.train.torch.get_device(),
+                                                     dtypes={"x": self.dtypes["x"], "y": self.dtypes["y"]})
+        return ((batch["x"][self.rank::self.world], batch["y"][self.rank::self.world]) for batch in batches)
 
 
 class ReplicatedBatches:
@@ -80,10 +87,11 @@ def data_slice(x: torch.Tensor, y: torch.Tensor, data_rank: int, data_world: int
 class MeshBatches:
     """The whole dataset on every rank of a mesh, sliced by data rank (see the module docstring)."""
 
-    def __init__(self, batch_size: int, seed: int, data_rank: int, data_world: int, fixed_shapes: bool):
-        x, y = _tensors(ray.train.get_dataset_shard("train"))
+    def __init__(self, batch_size: int, seed: int, data_rank: int, data_world: int, dtypes: dict[str, torch.dtype],
+                 fixed_shapes: bool):
+        x, y = _tensors(ray.train.get_dataset_shard("train"), dtypes)
         self.replicated = ReplicatedBatches(x, y, batch_size, data_rank, data_world, seed)
-        self.test_x, self.test_y = data_slice(*_tensors(ray.train.get_dataset_shard("test")), data_rank, data_world)
+        self.test_x, self.test_y = data_slice(*_tensors(ray.train.get_dataset_shard("test"), dtypes), data_rank, data_world)
         self.steps_per_epoch = len(self.replicated)
         self.eval_rows = batch_size if fixed_shapes else _EVAL_ROWS
 
@@ -94,8 +102,8 @@ class MeshBatches:
         return zip(self.test_x.split(self.eval_rows), self.test_y.split(self.eval_rows))
 
 
-def _tensors(shard) -> tuple[torch.Tensor, torch.Tensor]:
+def _tensors(shard, dtypes: dict[str, torch.dtype]) -> tuple[torch.Tensor, torch.Tensor]:
     """A whole (unsplit) Ray Data iterator as ``(x, y)`` tensors on this rank's device."""
-    batches = list(shard.iter_torch_batches(batch_size=8192, dtypes={"x": torch.float32, "y": torch.int64},
+    batches = list(shard.iter_torch_batches(batch_size=8192, dtypes={"x": dtypes["x"], "y": dtypes["y"]},
                                             device=ray.train.torch.get_device()))
     return torch.cat([b["x"] for b in batches]), torch.cat([b["y"] for b in batches])

@@ -6,12 +6,11 @@ Checkpoints hold one copy of the weights and of the optimiser state (rank 0's), 
 from pathlib import Path
 from typing import Optional
 
-import ray.train
-import ray.train.torch
 import torch
 import torch.distributed as dist
 from ray.train import DataConfig
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from scaleforge.distributed.batches import ShardBatches
 from scaleforge.distributed.checkpoint import (load_model_weights, load_optimizer_state, save_model_state,
@@ -23,7 +22,9 @@ from scaleforge.distributed.strategy import Batch, LossFn
 
 
 class DataParallel:
-    """The replicated model (Ray Train's ``prepare_model``: DDP when there is more than one rank)."""
+    """The replicated model: on this rank's device, in ``DistributedDataParallel`` when there is more
+    than one rank (what Ray Train's ``prepare_model`` does, without needing a Ray Train session, so
+    a ``torchrun`` process or a test's gloo group trains the same way)."""
 
     reports_metrics = True
 
@@ -36,10 +37,13 @@ class DataParallel:
         self.module = getattr(self.model, "module", self.model)
 
     def _wrap(self, model: nn.Module) -> nn.Module:
-        return ray.train.torch.prepare_model(model)
+        model.to(self.device)
+        if self.data_world == 1:
+            return model
+        return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
     def batches(self, batch_size: int, seed: int, num_train: int, columns: dict[str, torch.dtype]) -> ShardBatches:
-        return ShardBatches(batch_size, seed, num_train, self.data_world, columns)
+        return ShardBatches(batch_size, seed, num_train, self.data_rank, self.data_world, columns)
 
     def train_step(self, batch: Batch, loss_fn: LossFn) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.autocast(batch.x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
@@ -79,8 +83,9 @@ class DataParallel:
 
     @staticmethod
     def data_config() -> DataConfig:
-        """Ray Data splits every dataset across the workers."""
-        return DataConfig()
+        """Ray Data splits the training set across the workers; every worker reads the whole test set
+        and scores its share of it (:class:`~scaleforge.distributed.batches.ShardBatches`)."""
+        return DataConfig(datasets_to_split=["train"])
 
     @staticmethod
     def gather(folder: Path, model: nn.Module) -> nn.Module:

@@ -9,7 +9,6 @@ Which layers hold experts comes from the model's :class:`~scaleforge.distributed
 from dataclasses import dataclass
 from pathlib import Path
 
-import ray.train.torch
 import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dist_nn
@@ -171,7 +170,7 @@ class ExpertParallel(DataParallel):
     """
 
     def _wrap(self, model: nn.Module) -> nn.Module:
-        model = ray.train.torch.prepare_model(model, parallel_strategy=None)  # device only, no DDP
+        model.to(self.device)  # no DDP: sync_gradients averages sharded and replicated parameters apart
         layers = self.plan.expert_layers(model)
         self.groups = expert_groups(self.dims.ep)
         self.prefixes = expert_prefixes(model, layers)

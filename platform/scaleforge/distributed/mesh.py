@@ -38,7 +38,7 @@ class MeshParallel:
                  bf16: bool = False):
         if bf16:
             raise ValueError(f"{dims.describe()} trains in fp32 only")
-        self.dims, self.mesh = dims, dims.build_mesh(device.type)
+        self.dims, self.device, self.mesh = dims, device, dims.build_mesh(device.type)
         self._loss: Optional[LossFn] = None
         model.to(device)
         if dims.tp_enabled:
@@ -48,7 +48,9 @@ class MeshParallel:
             for unit in plan.fsdp_units(model):  # per unit: only one unit is gathered at a time
                 fully_shard(unit, mesh=shard_mesh)
             fully_shard(model, mesh=shard_mesh)
-        self.schedule = None
+        self.schedule, self._target = None, None
+        # A parameter of several stages (a tied embedding): its shape, for stages that hold no copy.
+        self.tied = {name: model.get_parameter(name).shape for name in plan.tied_parameters(model)}
         if dims.pp_enabled:
             stage = self.mesh.get_local_rank("pp")
             _required(plan.pipeline_stage, "pipeline", dims)(model, stage, dims.pp)
@@ -71,16 +73,18 @@ class MeshParallel:
         return self.mesh.get_local_rank("pp") == self.dims.pp - 1 and self.mesh.get_local_rank("tp") == 0
 
     def batches(self, batch_size: int, seed: int, num_train: int, columns: dict[str, torch.dtype]) -> MeshBatches:
-        if columns:
-            raise ValueError(f"{self.dims.describe()} reads x and y only, not {', '.join(columns)}; "
+        if extra := set(columns) - {"x", "y"}:
+            raise ValueError(f"{self.dims.describe()} reads x and y only, not {', '.join(sorted(extra))}; "
                              "train with data parallelism")
-        return MeshBatches(batch_size, seed, self.data_rank, self.data_world, fixed_shapes=self.schedule is not None)
+        return MeshBatches(batch_size, seed, self.data_rank, self.data_world, columns,
+                           fixed_shapes=self.schedule is not None)
 
     def train_step(self, batch: Batch, loss_fn: LossFn) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
         """Forward and backward of one batch; gradients end up averaged over the data slices."""
         if self.schedule is not None:
-            self._loss = loss_fn
+            self._loss, self._target = loss_fn, (batch.y.shape[1:], batch.y.dtype)
             loss, logits = self._pipeline(batch.x, batch.y, train=True)
+            self._sum_tied_gradients()
         else:
             logits = self.module(batch.x)
             loss = loss_fn(logits, batch)
@@ -95,9 +99,10 @@ class MeshParallel:
         if self.schedule is None:
             logits = self.module(x)
             return logits if self.reports_metrics else None
-        count = len(x)
+        count, (target_shape, target_dtype) = len(x), self._target  # as in training, which came first
         padded = torch.cat([x, x.new_zeros(rows - count, *x.shape[1:])])
-        _, logits = self._pipeline(padded, torch.zeros(rows, dtype=torch.int64, device=x.device), train=False)
+        target = torch.zeros(rows, *target_shape, dtype=target_dtype, device=x.device)
+        _, logits = self._pipeline(padded, target, train=False)
         return None if logits is None or not self.reports_metrics else logits[:count]
 
     def prepare_eval(self) -> None:
@@ -112,6 +117,20 @@ class MeshParallel:
         run = self.schedule.step if train else self.schedule.eval
         logits = run(*((x,) if first else ()), **(dict(target=y, losses=losses) if last else {}))
         return (torch.stack(losses).mean().detach() if last else None), (logits if last else None)
+
+    @torch.no_grad()
+    def _sum_tied_gradients(self) -> None:
+        """Sum the gradient of each tied parameter over the pipeline: the stages that hold a copy
+        (first and last) then take the same step; the others add zeros."""
+        for name, shape in self.tied.items():
+            try:
+                param = self.module.get_parameter(name)
+            except AttributeError:  # this stage holds no copy
+                param = None
+            grad = param.grad if param is not None and param.grad is not None else torch.zeros(shape, device=self.device)
+            dist.all_reduce(grad, group=self.mesh["pp"].get_group())
+            if param is not None:
+                param.grad = grad
 
     def memory(self, optimizer: torch.optim.Optimizer) -> MemoryReport:
         return memory_held(self.module, optimizer)

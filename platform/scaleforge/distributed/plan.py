@@ -31,6 +31,9 @@ class ParallelPlan:
     expert_layers: Callable[[nn.Module], list[nn.Module]] = _none
     """Mixture-of-Experts layers for expert parallelism: each has ``num_experts``, an ``experts``
     ModuleList, a replaceable ``dispatcher`` and an ``all_reduce`` statistics hook."""
+    tied_parameters: Callable[[nn.Module], list[str]] = _none
+    """Names of parameters used by more than one pipeline stage (a tied embedding): every stage
+    that holds one keeps a copy, and their gradients are summed across the pipeline."""
 
 
 DENSE = ParallelPlan()

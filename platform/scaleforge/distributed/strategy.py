@@ -36,8 +36,9 @@ LossFn = Callable[[torch.Tensor, Batch], torch.Tensor]
 
 
 def cross_entropy(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """The plain classification loss on the batch's labels."""
-    return F.cross_entropy(logits, batch.y)
+    """The mean cross-entropy over every label of the batch: one per example (``[batch, classes]``
+    logits), or one per token (a language model's ``[batch, tokens, vocab]``)."""
+    return F.cross_entropy(logits.flatten(0, -2), batch.y.flatten())
 
 
 class WorkerBatches(Protocol):
@@ -64,7 +65,8 @@ class ParallelModel(Protocol):
     """Whether this rank sees the logits of its data slice (once per slice, so sums count each example once)."""
 
     def batches(self, batch_size: int, seed: int, num_train: int, columns: dict[str, torch.dtype]) -> WorkerBatches:
-        """This rank's training and test batches (``columns``: extra dataset columns to read)."""
+        """This rank's training and test batches (``columns``: the dataset columns to read and their
+        dtypes: ``x``, ``y`` and what the hooks read)."""
 
     def train_step(self, batch: Batch, loss_fn: LossFn) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
         """Forward and backward (collective); gradients end up averaged over the data slices.

@@ -10,12 +10,13 @@ from typing import Callable
 from torch import nn
 
 from scaleforge.config.models import (MODEL_NAMES, MODEL_SPEC, CNN1dSpec, MLPSpec, ModelSpec, MoEGateSpec, MoESpec,
-                                      TransformerSpec)
+                                      TransformerLMSpec, TransformerSpec)
 from scaleforge.models.cnn1d import CNN1d
 from scaleforge.models.mlp import MLP
 from scaleforge.models.moe import MoEClassifier
 from scaleforge.models.moe_parts import MoEGate
 from scaleforge.models.transformer import TransformerClassifier
+from scaleforge.models.transformer_lm import TransformerLM
 
 _BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "mlp": MLP,
@@ -23,6 +24,7 @@ _BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "transformer": TransformerClassifier,
     "moe": MoEClassifier,
     "moe_gate": MoEGate,
+    "transformer_lm": TransformerLM,
 }
 assert tuple(_BUILDERS) == MODEL_NAMES, "every spec in scaleforge.config.models needs a builder here"
 
@@ -31,12 +33,13 @@ def build_model(spec, input_dim: int, num_classes: int) -> nn.Module:
     """Instantiate the registered model that ``spec`` names.
 
     Args:
-        spec: One of the registered specs (``MLPSpec``, ``CNN1dSpec``, ``TransformerSpec``).
-        input_dim: Length of one input vector.
-        num_classes: Number of output logits.
+        spec: One of the registered specs (``MLPSpec``, ``CNN1dSpec``, ``TransformerSpec``, ...).
+        input_dim: Length of one input vector (a language model's: its sequence length).
+        num_classes: Number of output logits (a language model's: its vocabulary).
 
     Returns:
-        A freshly initialised ``nn.Module`` mapping ``[batch, input_dim]`` to ``[batch, num_classes]``.
+        A freshly initialised ``nn.Module`` mapping ``[batch, input_dim]`` to ``[batch, num_classes]``
+        (a language model: token ids ``[batch, tokens]`` to ``[batch, tokens, vocab]``).
     """
     if spec.name not in _BUILDERS:
         raise ValueError(f"unknown model {spec.name!r}; registered models: {', '.join(MODEL_NAMES)}")
@@ -50,5 +53,5 @@ def count_parameters(model: nn.Module) -> int:
 
 __all__ = [
     "ModelSpec", "MODEL_NAMES", "MODEL_SPEC", "build_model", "count_parameters", "MLPSpec", "CNN1dSpec",
-    "TransformerSpec", "MoESpec", "MoEGateSpec",
+    "TransformerSpec", "MoESpec", "MoEGateSpec", "TransformerLMSpec",
 ]

@@ -1,9 +1,11 @@
 """Each model family's parallel plan: which modules split how (the strategies stay model-agnostic).
 
-- transformer: Megatron layout for tensor parallelism (each layer's query/key/value and first
+- transformer, transformer_lm: Megatron layout for tensor parallelism (each layer's query/key/value and first
   feed-forward projection column-wise, so attention heads are split across ranks; the attention
   output and second feed-forward projection row-wise: one all-reduce each); pipeline stages of
-  consecutive layers; every layer its own FSDP unit; MoE feed-forward layers for expert parallelism;
+  consecutive layers; every layer its own FSDP unit; MoE feed-forward layers for expert parallelism.
+  The language model's tied embedding lives on its first and last pipeline stage, its gradient
+  summed between them (Megatron's embedding group);
 - moe: its MoE blocks for expert parallelism;
 - mlp, cnn1d, moe_gate: data parallelism and FSDP as one unit.
 """
@@ -13,6 +15,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
 from scaleforge.distributed.plan import DENSE, ParallelPlan
 from scaleforge.models.moe import moe_layers
+from scaleforge.models.transformer_lm import lm_stage
 
 _COLUMNWISE = ("attention.query", "attention.key", "attention.value", "ff_in")
 _ROWWISE = ("attention.out", "ff_out")
@@ -50,10 +53,26 @@ def transformer_stage(model: nn.Module, stage: int, stages: int) -> nn.Module:
     return model
 
 
+def language_model_stage(model: nn.Module, stage: int, stages: int) -> nn.Module:
+    """Pipeline stage ``stage`` of a ``transformer_lm`` (see :func:`scaleforge.models.transformer_lm.lm_stage`)."""
+    return lm_stage(model, stage, stages, stage_layers(len(model.layers), stages)[stage])
+
+
+def tied_embedding(model: nn.Module) -> list[str]:
+    """The token embedding, when it is also the output projection (first and last pipeline stage)."""
+    return ["embed.weight"] if model.head is None else []
+
+
+def _layers(model: nn.Module) -> list[nn.Module]:
+    return list(model.layers.values())
+
+
 TRANSFORMER = ParallelPlan(tensor_parallel=transformer_tensor_plan, pipeline_stage=transformer_stage,
-                           fsdp_units=lambda model: list(model.layers.values()), expert_layers=moe_layers)
+                           fsdp_units=_layers, expert_layers=moe_layers)
+TRANSFORMER_LM = ParallelPlan(tensor_parallel=transformer_tensor_plan, pipeline_stage=language_model_stage,
+                              fsdp_units=_layers, expert_layers=moe_layers, tied_parameters=tied_embedding)
 MOE = ParallelPlan(expert_layers=moe_layers)
-PLANS = {"transformer": TRANSFORMER, "moe": MOE}
+PLANS = {"transformer": TRANSFORMER, "transformer_lm": TRANSFORMER_LM, "moe": MOE}
 
 
 def parallel_plan(model_name: str) -> ParallelPlan:

@@ -8,7 +8,7 @@ its own layers and every parameter keeps its name. The numerics are those of PyT
 pre-norm ``nn.TransformerEncoderLayer`` (ReLU feed-forward, dropout on attention weights).
 """
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -25,10 +25,10 @@ class SelfAttention(nn.Module):
     all heads in one process or ``num_heads / tp`` heads on each tensor-parallel rank.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float):
+    def __init__(self, d_model: int, num_heads: int, dropout: float, causal: bool = False):
         super().__init__()
         self.head_dim = d_model // num_heads
-        self.dropout = dropout
+        self.dropout, self.causal = dropout, causal
         self.query, self.key, self.value = (nn.Linear(d_model, d_model) for _ in range(3))
         self.out = nn.Linear(d_model, d_model)
         # nn.MultiheadAttention's initialisation: Xavier over the stacked q/k/v matrix, zero biases.
@@ -42,21 +42,25 @@ class SelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, tokens, _ = x.shape
         q, k, v = (p(x).view(batch, tokens, -1, self.head_dim).transpose(1, 2) for p in (self.query, self.key, self.value))
-        attended = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
+        attended = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
+                                                  is_causal=self.causal)
         return self.out(attended.transpose(1, 2).reshape(batch, tokens, -1))
 
 
 class EncoderLayer(nn.Module):
     """Pre-norm encoder layer: ``x + attention(norm(x))`` then ``x + feed_forward(norm(x))``.
 
-    The feed-forward block is a ReLU MLP (``ff_in`` -> ``ff_out``) or, with ``moe``, a
-    token-routed Mixture of Experts.
+    The feed-forward block is an MLP (``ff_in`` -> ``activation`` -> ``ff_out``) or, with ``moe``, a
+    token-routed Mixture of Experts. ``causal``: each token attends to itself and the tokens before
+    it (a decoder layer).
     """
 
-    def __init__(self, spec: TransformerSpec, moe: Optional[MoESpec] = None):
+    def __init__(self, spec: TransformerSpec, moe: Optional[MoESpec] = None, causal: bool = False,
+                 activation: Callable[[torch.Tensor], torch.Tensor] = F.relu):
         super().__init__()
+        self.activation = activation
         self.norm1 = nn.LayerNorm(spec.d_model)
-        self.attention = SelfAttention(spec.d_model, spec.num_heads, spec.dropout)
+        self.attention = SelfAttention(spec.d_model, spec.num_heads, spec.dropout, causal)
         self.norm2 = nn.LayerNorm(spec.d_model)
         if moe is None:
             self.ff_in, self.ff_out = nn.Linear(spec.d_model, spec.ff_dim), nn.Linear(spec.ff_dim, spec.d_model)
@@ -72,7 +76,7 @@ class EncoderLayer(nn.Module):
         if hasattr(self, "moe"):
             batch, tokens, width = h.shape
             return self.moe(h.reshape(batch * tokens, width)).reshape(batch, tokens, width)
-        return self.ff_out(self.dropout(F.relu(self.ff_in(h))))
+        return self.ff_out(self.dropout(self.activation(self.ff_in(h))))
 
 
 class TransformerClassifier(nn.Module):

@@ -20,11 +20,12 @@ from scaleforge.distributed.strategy import strategy_for
 from scaleforge.models import build_model, count_parameters
 from scaleforge.progress import ProgressChannel
 from scaleforge.runtime import ensure_ray
+from scaleforge.text.tokenizer import ByteTokenizer
 from scaleforge.train.hooks import TrainHook, default_hooks
 from scaleforge.train.loop import WorkerRun, train_loop_per_worker
 from scaleforge.train.preflight import check_runnable
 
-_REPORTED = ("test_accuracy", "test_loss", "train_accuracy", "train_loss")
+_REPORTED = ("test_accuracy", "test_loss", "train_accuracy", "train_loss", "bits_per_byte")
 
 
 @dataclass
@@ -42,11 +43,13 @@ class TrainingResult:
     """The hooks' summary lines."""
 
     def summary(self) -> str:
-        lines = [
-            f"test accuracy {self.metrics['test_accuracy']:.4f} (loss {self.metrics['test_loss']:.4f}) "
-            f"after {len(self.history)} epochs on {self.num_workers} workers, {self.wall_s:.1f} s wall-clock",
-            *self.notes,
-        ]
+        after = f"after {len(self.history)} epochs on {self.num_workers} workers, {self.wall_s:.1f} s wall-clock"
+        if "bits_per_byte" in self.metrics:
+            quality = (f"validation bits/byte {self.metrics['bits_per_byte']:.3f} (loss {self.metrics['test_loss']:.4f} "
+                       f"per token, {self.metrics['tokens_per_s']:,.0f} tokens/s)")
+        else:
+            quality = f"test accuracy {self.metrics['test_accuracy']:.4f} (loss {self.metrics['test_loss']:.4f})"
+        lines = [f"{quality} {after}", *self.notes]
         if "memory_per_worker" in self.metrics:
             lines.append(describe_memory(self.metrics))
         if self.metrics.get("resumed_from_epoch"):
@@ -105,12 +108,12 @@ def run_training(cfg: TrainJobConfig, *, data: Optional[TrainingData] = None,
               "dataset": {"source": localized(cfg.data).source, "fingerprint": data.fingerprint, **asdict(data.info)}}
     training = {"job": "train", "run": run_name, "checkpoint": result.checkpoint.path, "num_workers": scaling.num_workers,
                 "epochs": len(state["history"]), "parallel": dims.to_dict()}
-    extra = {}
+    extra = {"tokenizer": ByteTokenizer().to_json()} if data.info.tokens else {}
     for hook in hooks:
         entries = hook.export(cfg.artifact.dir, model, cfg.model, **shapes)
         training.update(entries.pop("training", {}))
         extra.update(entries)
-    artifact = save_artifact(cfg.artifact.dir, model, cfg.model, metrics={k: final[k] for k in _REPORTED},
+    artifact = save_artifact(cfg.artifact.dir, model, cfg.model, metrics={k: final[k] for k in _REPORTED if k in final},
                              extra={"training": training, **extra}, **shapes)
     metrics = {**final, "resumed_from_epoch": state["resumed_from_epoch"], **state.get("memory", {})}
     return TrainingResult(

@@ -5,6 +5,7 @@ every epoch and a checkpoint every ``run.checkpoint_every`` epochs.
 """
 
 import logging
+import math
 import tempfile
 import time
 from dataclasses import dataclass
@@ -69,7 +70,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     start_epoch = state["epoch"] + 1
     state["resumed_from_epoch"] = start_epoch
     hooks = Hooks(run.hooks)
-    data = parallel.batches(optim.batch_size, optim.seed, run.info["num_train"], hooks.columns)
+    columns = {"x": torch.int64 if run.info["tokens"] else torch.float32, "y": torch.int64, **hooks.columns}
+    data = parallel.batches(optim.batch_size, optim.seed, run.info["num_train"], columns)
     schedule = Schedule(optim, data.steps_per_epoch, parallel.data_world)
     ctx = WorkerContext(rank, world, start_epoch, data.steps_per_epoch, parallel, run.progress)
     loss_fn = hooks.loss_fn(lambda: auxiliary_loss(parallel.module))
@@ -89,7 +91,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             optimizer.step()
             state["step"] += 1
             if logits is not None:
-                train += torch.tensor([loss.item() * len(logits), (logits.argmax(1) == batch.y).sum().item(), len(logits)])
+                train += _totals(loss.item() * batch.y.numel(), logits, batch.y)
         elapsed = torch.tensor([time.perf_counter() - began])
         extra = hooks.epoch_metrics(ctx)  # before evaluation, which is no training
         if not state["memory"] and (held := parallel.memory(optimizer)) is not None:
@@ -105,6 +107,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                    "train_accuracy": (train[1] / train[2]).item(), "test_loss": (test[0] / test[2]).item(),
                    "test_accuracy": (test[1] / test[2]).item(), "lr": lr, "samples_per_s": train[2].item() / elapsed.item(),
                    "epoch_s": elapsed.item(), "resumed_from_epoch": start_epoch, **extra}
+        if run.info["tokens"]:  # a language model: its labels are tokens, and bytes are what users compare
+            metrics.update(tokens_per_s=metrics.pop("samples_per_s"),
+                           bits_per_byte=metrics["test_loss"] / math.log(2) / run.info["bytes_per_token"])
         state["history"].append(metrics)
         state["epoch"] = epoch
         if rank == 0:
@@ -113,9 +118,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
 
 def _progress(metrics: dict[str, Any], epochs: int) -> str:
-    line = (f"[train] epoch {metrics['epoch']}/{epochs}  loss {metrics['train_loss']:.4f}  "
-            f"train_acc {metrics['train_accuracy']:.4f}  test_acc {metrics['test_accuracy']:.4f}  "
-            f"lr {metrics['lr']:.2e}  {metrics['samples_per_s']:,.0f} samples/s  ({metrics['epoch_s']:.1f}s)")
+    if "bits_per_byte" in metrics:
+        quality, speed = f"val_loss {metrics['test_loss']:.4f}  val bits/byte {metrics['bits_per_byte']:.3f}", \
+            f"{metrics['tokens_per_s']:,.0f} tokens/s"
+    else:
+        quality, speed = f"train_acc {metrics['train_accuracy']:.4f}  test_acc {metrics['test_accuracy']:.4f}", \
+            f"{metrics['samples_per_s']:,.0f} samples/s"
+    line = (f"[train] epoch {metrics['epoch']}/{epochs}  loss {metrics['train_loss']:.4f}  {quality}  "
+            f"lr {metrics['lr']:.2e}  {speed}  ({metrics['epoch_s']:.1f}s)")
     if "expert_load_cv" in metrics:
         line += f"  expert load cv {metrics['expert_load_cv']:.3f} dropped {metrics['expert_dropped_fraction']:.3f}"
     return line
@@ -131,9 +141,13 @@ def _evaluate(parallel: ParallelModel, data: WorkerBatches) -> torch.Tensor:
     for x, y in data.test():
         logits = parallel.predict(x, data.eval_rows)
         if logits is not None:
-            totals += torch.tensor([F.cross_entropy(logits, y, reduction="sum").item(),
-                                    (logits.argmax(1) == y).sum().item(), len(logits)])
+            totals += _totals(F.cross_entropy(logits.flatten(0, -2), y.flatten(), reduction="sum").item(), logits, y)
     return totals
+
+
+def _totals(loss_sum: float, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """[loss sum, correct, labels] of one batch: a label per example, or per token of a language model."""
+    return torch.tensor([loss_sum, (logits.argmax(-1) == y).sum().item(), y.numel()], dtype=torch.float64)
 
 
 def _report(metrics, state, run, epochs: int, rank: int, parallel: ParallelModel, optimizer) -> None:

@@ -1,10 +1,13 @@
 """Pre-flight of the training job: the data is readable and the architecture builds, before Ray starts."""
 
+import torch
+
 from scaleforge.config.loader import ConfigError
 from scaleforge.config.schema import TrainJobConfig
 from scaleforge.data.preflight import check_data
 from scaleforge.models import build_model
 from scaleforge.storage import check_fields
+from scaleforge.train.plan import check_fits
 
 
 def check_runnable(cfg: TrainJobConfig) -> None:
@@ -22,6 +25,8 @@ def check_runnable(cfg: TrainJobConfig) -> None:
         raise ConfigError(f"scaling.num_workers ({cfg.scaling.num_workers}) is larger than the number of "
                           f"training examples ({info.num_train})")
     try:
-        build_model(cfg.model, info.input_dim, info.num_classes)
+        with torch.device("meta"):  # shapes only: nothing is allocated, whatever the model's size
+            build_model(cfg.model, info.input_dim, info.num_classes)
     except ValueError as err:  # the message names the model family and the field that does not fit
         raise ConfigError(str(err)) from None
+    check_fits(cfg, info.input_dim, info.num_classes)

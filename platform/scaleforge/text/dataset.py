@@ -1,0 +1,72 @@
+"""A text corpus as Ray Datasets of token windows, the rows a language model trains on.
+
+Each split's files are concatenated, tokenized and cut into windows of ``seq_len + 1`` tokens that
+overlap by one: row ``i`` holds ``x`` = tokens ``[i * seq_len, (i + 1) * seq_len)`` and ``y`` = the
+same positions shifted by one, so every token of the split is predicted exactly once. The driver
+reads the corpus once into Ray's object store; Ray Train hands each data-parallel rank its own
+shard of the windows, so no worker holds the whole corpus.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import ray.data
+from ray.data.extensions import ArrowTensorArray
+
+from scaleforge.config.data import TextDataSpec
+from scaleforge.data.sources import DatasetInfo
+from scaleforge.text.corpus import Corpus, load_corpus
+from scaleforge.text.tokenizer import ByteTokenizer
+
+
+@dataclass(frozen=True)
+class TextSplits:
+    """A corpus read, tokenized and cut into windows: what the datasets and the manifest need."""
+
+    train: tuple[np.ndarray, np.ndarray]
+    validation: tuple[np.ndarray, np.ndarray]
+    info: DatasetInfo
+    fingerprint: str
+    tokenizer: ByteTokenizer
+
+
+def windows(tokens: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)``, each ``[windows, seq_len]``: consecutive windows and their next tokens."""
+    count = (len(tokens) - 1) // seq_len
+    if count < 1:
+        raise ValueError(f"{len(tokens)} tokens do not fill one window of {seq_len} + 1")
+    x = tokens[:count * seq_len].reshape(count, seq_len)
+    y = tokens[1:count * seq_len + 1].reshape(count, seq_len)
+    return x, y
+
+
+def window_counts(spec: TextDataSpec, corpus: Corpus) -> tuple[int, int]:
+    """Training and validation windows of ``corpus`` under ``spec``, from file sizes alone (byte tokens)."""
+    sizes = (_capped(corpus.train_bytes, spec.max_train_bytes), _capped(corpus.validation_bytes, spec.max_validation_bytes))
+    return tuple(max(0, (size - 1) // spec.seq_len) for size in sizes)
+
+
+def describe_text(spec: TextDataSpec, corpus: Corpus) -> DatasetInfo:
+    """The dataset's shape without reading a byte of text."""
+    num_train, num_validation = window_counts(spec, corpus)
+    return DatasetInfo(num_train, num_validation, spec.seq_len, ByteTokenizer.vocab_size, tokens=True)
+
+
+def read_text(spec: TextDataSpec) -> TextSplits:
+    """Read, tokenize and window both splits of ``spec``'s corpus."""
+    corpus, tokenizer = load_corpus(spec.source, spec.validation_fraction), ByteTokenizer()
+    train = tokenizer.encode(corpus.read("train")[:spec.max_train_bytes])
+    validation = tokenizer.encode(corpus.read("validation")[:spec.max_validation_bytes])
+    return TextSplits(windows(train, spec.seq_len), windows(validation, spec.seq_len), describe_text(spec, corpus),
+                      corpus.fingerprint(), tokenizer)
+
+
+def text_datasets(splits: TextSplits) -> dict[str, ray.data.Dataset]:
+    """``train`` and ``test`` (the validation windows) Ray Datasets with columns ``x`` and ``y``."""
+    return {name: ray.data.from_arrow(pa.table({"x": ArrowTensorArray.from_numpy(x), "y": ArrowTensorArray.from_numpy(y)}))
+            for name, (x, y) in (("train", splits.train), ("test", splits.validation))}
+
+
+def _capped(size: int, cap) -> int:
+    return size if cap is None else min(size, cap)
