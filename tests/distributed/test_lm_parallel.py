@@ -1,6 +1,6 @@
 """The language model under every layout (dp, ep, tp, pp GPipe and 1F1B, fsdp; dp x tp, fsdp x tp,
 dp x pp) on gloo processes, through the strategies Ray Train's workers use, trains exactly what one
-process trains on the same standard-library bytes; tp, pp and fsdp at degree 2 each hold at most
+process trains on the same standard-library bytes, gradient clipping included; tp, pp and fsdp at degree 2 each hold at most
 0.55x of one process's model and optimiser state."""
 
 import itertools
@@ -21,7 +21,7 @@ from scaleforge.text.corpus import load_corpus
 from scaleforge.text.dataset import windows
 from scaleforge.text.tokenizer import ByteTokenizer
 
-SEQ, BATCH, STEPS, LR = 32, 8, 5, 3e-3
+SEQ, BATCH, STEPS, LR, CLIP = 32, 8, 5, 3e-3, 0.5
 DENSE = TransformerLMSpec(context=SEQ, d_model=32, num_heads=4, num_layers=2, ff_dim=64, dropout=0.0)
 MOE = DENSE.model_copy(update={"moe": MoESpec(num_experts=4, expert_hidden=32, top_k=2, capacity_factor=100.0)})
 LARGE = TransformerLMSpec(context=SEQ, d_model=256, num_heads=8, num_layers=8, ff_dim=1024, dropout=0.0)  # 6.4M parameters
@@ -56,8 +56,9 @@ def _single_process_losses(spec):
         optimizer.zero_grad()
         loss = _loss(model)(model(bx), Batch(bx, by))
         loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP).item()
         optimizer.step()
-        losses.append(loss.item())
+        losses.append((loss.item(), norm))
     return losses
 
 
@@ -73,10 +74,11 @@ def _train(split, optimizer, batches):
     for bx, by in batches:
         optimizer.zero_grad()
         loss, _ = split.train_step(Batch(bx, by), _loss(split.module))
+        norm = split.clip_gradients(CLIP)
         optimizer.step()
         mine = torch.tensor([loss.item(), 1.0] if split.reports_metrics else [0.0, 0.0], dtype=torch.float64)
         dist.all_reduce(mine)
-        losses.append((mine[0] / mine[1]).item())
+        losses.append(((mine[0] / mine[1]).item(), norm))
     return losses
 
 
@@ -116,14 +118,19 @@ def reference():
 
 @pytest.mark.parametrize("name", [*TWO_RANKS, *FOUR_RANKS])
 def test_loss_at_each_of_five_steps_equals_one_process(name, two_ranks, four_ranks, reference):
+    """Every step clips the gradient to norm 0.5, which is below its norm at every step: the norm of
+    the whole model's gradient, over shards, stages and experts, is checked too."""
     ranks, (spec, _) = (two_ranks if name in TWO_RANKS else four_ranks), {**TWO_RANKS, **FOUR_RANKS}[name]
-    expected = reference["moe" if spec.moe else "dense"]
-    assert expected[-1] < expected[0] - 0.1  # the steps learn: the comparison is not of constants
+    expected_losses, expected_norms = zip(*reference["moe" if spec.moe else "dense"])
+    assert expected_losses[-1] < expected_losses[0] - 0.1  # the steps learn: the comparison is not of constants
+    assert min(expected_norms) > CLIP  # clipping acted at every step
     for result in ranks:
-        losses = result["losses"][name]
+        losses, norms = zip(*result["losses"][name])
         print(f"{name}: losses {', '.join(f'{v:.4f}' for v in losses)}; max |loss - one process| = "
-              f"{max(abs(a - b) for a, b in zip(losses, expected)):.1e}")
-        assert losses == pytest.approx(expected, abs=1e-4), name
+              f"{max(abs(a - b) for a, b in zip(losses, expected_losses)):.1e}; gradient norms "
+              f"{', '.join(f'{v:.3f}' for v in norms)}")
+        assert losses == pytest.approx(expected_losses, abs=1e-4), name
+        assert norms == pytest.approx(expected_norms, rel=1e-4), name
 
 
 def test_tp_pp_fsdp_each_hold_at_most_055_of_one_process(two_ranks):

@@ -48,3 +48,21 @@ def test_byte_tokens_round_trip_any_text():
     assert tokens.dtype.name == "uint8" and int(tokens.max()) < tokenizer.vocab_size
     assert tokenizer.decode(tokens) == "def naïve(): return '→'\n"
     assert tokenizer.to_json() == {"type": "bytes", "vocab_size": 256}
+
+
+def test_a_parquet_column_of_documents_split_by_row(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    documents = [f"document {i}: naïve café\n" * (i + 1) for i in range(60)] + [""]  # an empty row is skipped
+    path = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"id": list(range(61)), "body": documents}), path)
+    corpus = load_corpus(str(path), validation_fraction=0.1, column="body")
+    rows = corpus.train + corpus.validation
+    assert len(rows) == 60 and corpus.validation and corpus.train
+    assert b"".join(sorted(r.read() for r in rows)) == b"".join(sorted(d.encode() for d in documents[:60]))
+    assert corpus.fingerprint() == load_corpus(str(path), validation_fraction=0.1, column="body").fingerprint()
+    with pytest.raises(CorpusError, match=r"has no text column 'text' \(its columns: id, body\); set data.column"):
+        load_corpus(str(path))
+    with pytest.raises(CorpusError, match="has no text column 'id'"):
+        load_corpus(str(path), column="id")

@@ -4,6 +4,7 @@ bad input refused in one line before Ray starts."""
 
 import math
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -28,12 +29,14 @@ def _unigram_bits(data: bytes) -> float:
     return float(-(p * np.log2(p)).sum())
 
 
-def test_lm_tiny_learns_context_and_its_artifact_scores_text_as_reported(ray_cluster, tmp_path):
+def test_lm_tiny_learns_context_and_its_artifact_scores_text_as_reported(ray_cluster, tmp_path, capsys):
     cfg = load_config(TrainJobConfig, REPO / "configs" / "train_lm_tiny.yaml",
                       [f"storage={tmp_path}"])
     result = run_training(cfg)
-    summary = result.summary()
-    print(summary)
+    summary, console = result.summary(), capsys.readouterr().out
+    print(console, summary)
+    # Every 50 steps rank 0's throughput: tokens/s and model FLOP/s (6 N + 12 L d T per token).
+    assert re.search(r"\[train\] epoch 1 step 50/\d+  [\d,]+ tokens/s  \d+\.\d{3} model TFLOP/s", console), console
     bits = result.metrics["bits_per_byte"]
     assert f"validation bits/byte {bits:.3f}" in summary
     validation = load_corpus().read("validation")[:cfg.data.max_validation_bytes]
@@ -41,6 +44,7 @@ def test_lm_tiny_learns_context_and_its_artifact_scores_text_as_reported(ray_clu
     print(f"validation bits/byte {bits:.3f}, unigram entropy of the same bytes {unigram:.3f}")
     assert bits < unigram - 0.5  # it uses context: no byte-frequency model gets there
     assert [h["epoch"] for h in result.history] == [1, 2, 3]
+    assert f"loss curve: {result.loss_curve}" in summary and os.path.getsize(result.loss_curve) > 10_000
     assert result.history[-1]["bits_per_byte"] < result.history[0]["bits_per_byte"]
 
     artifact = load_artifact(result.artifact)

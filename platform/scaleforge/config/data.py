@@ -79,7 +79,10 @@ class TextDataSpec(BaseModel):
     """Marks a text section (a ``data`` section without ``kind`` holds arrays)."""
     source: str = "stdlib"
     """``stdlib`` (the ``.py`` files of the interpreter's standard library, without tests and
-    installed packages), or a folder whose UTF-8 files are the corpus."""
+    installed packages), a folder whose UTF-8 files are the corpus, or a ``.parquet`` file with one
+    document per row."""
+    column: str = "text"
+    """Parquet only: the string column holding the documents."""
     seq_len: PositiveInt = 128
     """Tokens per training window; the model predicts each token from the ones before it."""
     validation_fraction: float = Field(default=0.05, gt=0.0, lt=1.0)

@@ -48,6 +48,10 @@ class OptimSpec(_Section):
     schedule: Literal["cosine", "constant"] = "cosine"
     """After warm-up: cosine decay to zero, or constant."""
     weight_decay: float = Field(default=1e-4, ge=0.0)
+    decay_norms_and_biases: bool = True
+    """``false``: no weight decay on one-dimensional parameters (norms, biases), as GPT-2 and nanoGPT train."""
+    clip_grad_norm: Optional[PositiveFloat] = None
+    """Clip the whole model's gradient to this norm after every backward pass (across every shard and stage)."""
     momentum: float = Field(default=0.9, ge=0.0, lt=1.0)
     """SGD only."""
     precision: Literal["fp32", "bf16"] = "fp32"
@@ -69,6 +73,11 @@ class RunSpec(_Section):
     """Checkpoint every N epochs (and after the last)."""
     keep_checkpoints: PositiveInt = 2
     """Checkpoints retained in storage."""
+    log_every_steps: Optional[PositiveInt] = None
+    """A progress line every this many optimiser steps: tokens (or examples) per second and, for a
+    language model, model TFLOP/s and MFU."""
+    peak_tflops: Optional[PositiveFloat] = None
+    """Dense peak of one worker's device in TFLOP/s (``jobs.hwbench`` measures it): the MFU's denominator."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
     """Ray Train's own console logging; WARNING leaves the per-epoch progress lines readable."""
 

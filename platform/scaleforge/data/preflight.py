@@ -49,7 +49,7 @@ def check_data(spec: DataSpec, field: str = "data") -> DatasetInfo:
     """
     if spec.kind == "text":
         try:
-            info = describe_text(spec, load_corpus(localized(spec).source, spec.validation_fraction))
+            info = describe_text(spec, load_corpus(localized(spec).source, spec.validation_fraction, spec.column))
         except CorpusError as err:
             raise ConfigError(f"{field}.source: {err}") from None
         if not info.num_test:

@@ -52,6 +52,10 @@ class DataParallel:
         loss.backward()
         return loss, logits
 
+    def clip_gradients(self, max_norm: float) -> float:
+        """Every rank holds the same, already averaged gradients: their norm is the model's."""
+        return float(torch.nn.utils.clip_grad_norm_(self.module.parameters(), max_norm))
+
     def predict(self, x: torch.Tensor, rows: int) -> torch.Tensor:
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             return self.module(x).float()

@@ -16,7 +16,7 @@ from torch import nn
 
 from scaleforge.distributed.checkpoint import load_model_weights, load_optimizer_state, save_optimizer_state
 from scaleforge.distributed.ddp import DataParallel
-from scaleforge.distributed.strategy import Batch, LossFn
+from scaleforge.distributed.strategy import Batch, LossFn, scale_gradients
 from scaleforge.routing import Routing
 from scaleforge.routing.capacity import sorted_assignments
 
@@ -183,6 +183,17 @@ class ExpertParallel(DataParallel):
         loss, logits = super().train_step(batch, loss_fn)
         sync_gradients(self.module, self.groups, self.prefixes)
         return loss, logits
+
+    @torch.no_grad()
+    def clip_gradients(self, max_norm: float) -> float:
+        """Replicated gradients count once; each expert's, held by one rank of the expert group, are
+        summed over that group."""
+        grads = {name: p.grad for name, p in self.module.named_parameters() if p.grad is not None}
+        squares = [torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)]
+        for name, grad in grads.items():
+            squares[is_expert_parameter(name, self.prefixes)] += grad.double().pow(2).sum()
+        dist.all_reduce(squares[1], group=self.groups.expert_group)
+        return scale_gradients(list(grads.values()), (squares[0] + squares[1]).sqrt(), max_norm)
 
     def full_state(self) -> dict[str, torch.Tensor]:
         return gather_expert_state(self.module, self.groups, self.prefixes)

@@ -26,7 +26,7 @@ from scaleforge.distributed.dims import ParallelDims
 from scaleforge.distributed.memory import MemoryReport, memory_held
 from scaleforge.distributed.plan import ParallelPlan
 from scaleforge.distributed.stage_checkpoint import gather_stages, load_stage, save_stage
-from scaleforge.distributed.strategy import Batch, LossFn, cross_entropy
+from scaleforge.distributed.strategy import Batch, LossFn, cross_entropy, scale_gradients
 
 _SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
@@ -117,6 +117,25 @@ class MeshParallel:
         run = self.schedule.step if train else self.schedule.eval
         logits = run(*((x,) if first else ()), **(dict(target=y, losses=losses) if last else {}))
         return (torch.stack(losses).mean().detach() if last else None), (logits if last else None)
+
+    @torch.no_grad()
+    def clip_gradients(self, max_norm: float) -> float:
+        """The norm of the whole model's gradient: a sharded (DTensor) gradient's own norm is over all
+        its shards; a plain one is whole on this rank (replicated over dp and tp); the pipeline's
+        stages add theirs, a tied parameter counted on the first stage only."""
+        stage = self.mesh.get_local_rank("pp")
+        grads, square = [], torch.zeros((), dtype=torch.float64, device=self.device)
+        for name, param in self.module.named_parameters():
+            if param.grad is None:
+                continue
+            grads.append(param.grad)
+            if name in self.tied and stage > 0:
+                continue
+            norm = torch.linalg.vector_norm(param.grad)
+            square += (norm.full_tensor() if isinstance(norm, DTensor) else norm).double() ** 2
+        if self.dims.pp_enabled:
+            dist.all_reduce(square, group=self.mesh["pp"].get_group())
+        return scale_gradients(grads, square.sqrt(), max_norm)
 
     @torch.no_grad()
     def _sum_tied_gradients(self) -> None:

@@ -72,6 +72,10 @@ class ParallelModel(Protocol):
         """Forward and backward (collective); gradients end up averaged over the data slices.
         Returns ``(loss, logits)``, or ``(None, None)`` on ranks that do not report metrics."""
 
+    def clip_gradients(self, max_norm: float) -> float:
+        """Scale every gradient so that the norm of the whole model's gradient is at most ``max_norm``
+        (collective, after ``train_step``); returns that norm before clipping, the same on every rank."""
+
     def predict(self, x: torch.Tensor, rows: int) -> Optional[torch.Tensor]:
         """Logits (collective), ``None`` on ranks that do not report metrics."""
 
@@ -102,6 +106,17 @@ def strategy_for(dims: ParallelDims) -> type:
     from scaleforge.distributed.ddp import DataParallel
 
     return DataParallel
+
+
+def scale_gradients(grads: list[torch.Tensor], total_norm: torch.Tensor, max_norm: float) -> float:
+    """Clip ``grads`` in place to a global norm of ``max_norm`` (as ``torch.nn.utils.clip_grad_norm_``
+    does, given the norm of every rank's gradients together)."""
+    total = float(total_norm)
+    coefficient = min(1.0, max_norm / (total + 1e-6))
+    if coefficient < 1.0:
+        for grad in grads:
+            grad.mul_(coefficient)  # a DTensor scales its local shard
+    return total
 
 
 def parallelize(model: nn.Module, dims: ParallelDims, plan: ParallelPlan, device: torch.device,

@@ -13,6 +13,9 @@ import os
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
+
+from pyarrow import types as pa_types
 
 STDLIB = "stdlib"
 """``source`` of the standard-library corpus."""
@@ -29,9 +32,14 @@ class CorpusError(ValueError):
 @dataclass(frozen=True)
 class TextFile:
     relative: str
-    """Path under the corpus root (what the split hashes)."""
+    """Path under the corpus root, or ``row <i>`` of a Parquet file (what the split hashes)."""
     path: str
     size: int
+    text: Optional[bytes] = None
+    """The document itself, for a Parquet row (a file is read when needed)."""
+
+    def read(self) -> bytes:
+        return self.text if self.text is not None else Path(self.path).read_bytes()
 
 
 @dataclass(frozen=True)
@@ -54,12 +62,12 @@ class Corpus:
         """sha256 over every file's relative path and bytes, in order (reads the whole corpus)."""
         digest = hashlib.sha256()
         for text in (*self.train, *self.validation):
-            digest.update(text.relative.encode() + b"\0" + Path(text.path).read_bytes())
+            digest.update(text.relative.encode() + b"\0" + text.read())
         return "sha256:" + digest.hexdigest()
 
     def read(self, split: str) -> bytes:
         """The bytes of every file of ``split`` (``train`` or ``validation``), concatenated in order."""
-        return b"".join(Path(text.path).read_bytes() for text in getattr(self, split))
+        return b"".join(text.read() for text in getattr(self, split))
 
 
 def in_validation(relative: str, fraction: float) -> bool:
@@ -68,15 +76,18 @@ def in_validation(relative: str, fraction: float) -> bool:
     return int.from_bytes(hashlib.sha256(relative.encode()).digest()[:8], "big") / 2**64 < fraction
 
 
-def load_corpus(source: str = STDLIB, validation_fraction: float = 0.05) -> Corpus:
-    """The files of ``source`` (``stdlib``, or a folder whose every UTF-8 file is text), split by file.
+def load_corpus(source: str = STDLIB, validation_fraction: float = 0.05, column: str = "text") -> Corpus:
+    """The files of ``source`` (``stdlib``, a folder whose every UTF-8 file is text, or a ``.parquet``
+    file whose ``column`` holds one document per row), split by file (or row).
 
     Raises:
-        CorpusError: the folder does not exist, holds no text, or its split leaves one side empty.
+        CorpusError: the folder or file does not exist, holds no text, or its split leaves one side empty.
     """
     if source == STDLIB:
         root = Path(sysconfig.get_paths()["stdlib"])
         files = _walk(root, lambda path: path.suffix == ".py", EXCLUDED_DIRS)
+    elif source.endswith(".parquet"):
+        root, files = Path(source).expanduser(), _documents(Path(source).expanduser(), column)
     else:
         root = Path(source).expanduser()
         if not root.is_dir():
@@ -102,6 +113,22 @@ def _walk(root: Path, keep, excluded: frozenset) -> list[TextFile]:
             if path.is_file() and keep(path) and (size := path.stat().st_size) > 0:
                 found.append(TextFile(path.relative_to(root).as_posix(), str(path), size))
     return found
+
+
+def _documents(path: Path, column: str) -> list[TextFile]:
+    """Every non-empty row of ``column`` of a Parquet file, as a document named by its row."""
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        raise CorpusError(f"corpus file {str(path)!r} does not exist")
+    schema = pq.read_schema(path)
+    if column not in schema.names or not (pa_types.is_string(schema.field(column).type)
+                                          or pa_types.is_large_string(schema.field(column).type)):
+        raise CorpusError(f"corpus file {str(path)!r} has no text column {column!r} "
+                          f"(its columns: {', '.join(schema.names)}); set data.column")
+    rows = pq.read_table(path, columns=[column]).column(column).to_pylist()
+    return [TextFile(f"row {i}", str(path), len(data), data)
+            for i, row in enumerate(rows) if row and (data := row.encode("utf-8"))]
 
 
 def _is_text(path: Path) -> bool:

@@ -55,7 +55,7 @@ def describe_text(spec: TextDataSpec, corpus: Corpus) -> DatasetInfo:
 
 def read_text(spec: TextDataSpec) -> TextSplits:
     """Read, tokenize and window both splits of ``spec``'s corpus."""
-    corpus, tokenizer = load_corpus(spec.source, spec.validation_fraction), ByteTokenizer()
+    corpus, tokenizer = load_corpus(spec.source, spec.validation_fraction, spec.column), ByteTokenizer()
     train = tokenizer.encode(corpus.read("train")[:spec.max_train_bytes])
     validation = tokenizer.encode(corpus.read("validation")[:spec.max_validation_bytes])
     return TextSplits(windows(train, spec.seq_len), windows(validation, spec.seq_len), describe_text(spec, corpus),

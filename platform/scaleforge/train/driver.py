@@ -22,6 +22,8 @@ from scaleforge.progress import ProgressChannel
 from scaleforge.runtime import ensure_ray
 from scaleforge.text.tokenizer import ByteTokenizer
 from scaleforge.train.hooks import TrainHook, default_hooks
+from scaleforge.train.curves import write_loss_curve
+from scaleforge.train.hooks.throughput import throughput_hook
 from scaleforge.train.loop import WorkerRun, train_loop_per_worker
 from scaleforge.train.preflight import check_runnable
 
@@ -36,6 +38,8 @@ class TrainingResult:
     history: list[dict[str, Any]]
     artifact: Path
     checkpoint_path: str
+    loss_curve: Optional[str]
+    """The loss-curve PNG in the run's folder (with ``run.log_every_steps``)."""
     num_workers: int
     num_parameters: int
     wall_s: float
@@ -56,6 +60,8 @@ class TrainingResult:
             lines.append(f"resumed from the checkpoint of epoch {self.metrics['resumed_from_epoch']} after a failure")
         lines.append(f"artifact: {self.artifact} ({self.num_parameters:,} parameters)")
         lines.append(f"checkpoints: {self.checkpoint_path}")
+        if self.loss_curve:
+            lines.append(f"loss curve: {self.loss_curve}")
         return "\n".join(lines)
 
 
@@ -79,6 +85,8 @@ def run_training(cfg: TrainJobConfig, *, data: Optional[TrainingData] = None,
         hook.check(dims)
     ensure_ray(min_cpus=scaling.num_workers * scaling.resources_per_worker.get("CPU", 1) + 2)
     data = data or build_ray_datasets(cfg.data)
+    if cfg.run.log_every_steps:
+        hooks.append(throughput_hook(cfg, data.info, dims.data_world))
     strategy = strategy_for(dims)
     run_name = cfg.run.name or f"train-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     progress = ProgressChannel.shared()
@@ -116,13 +124,22 @@ def run_training(cfg: TrainJobConfig, *, data: Optional[TrainingData] = None,
     artifact = save_artifact(cfg.artifact.dir, model, cfg.model, metrics={k: final[k] for k in _REPORTED if k in final},
                              extra={"training": training, **extra}, **shapes)
     metrics = {**final, "resumed_from_epoch": state["resumed_from_epoch"], **state.get("memory", {})}
+    curve = None
+    if state.get("curve"):
+        curve = write_loss_curve(_run_file(cfg.run.storage_path, run_name, result.checkpoint.path, "loss_curve.png"),
+                                 state["curve"], state["history"], state["step"] // len(state["history"]))
     return TrainingResult(
         metrics=metrics, history=state["history"], artifact=artifact, checkpoint_path=_checkpoint_location(cfg.run.storage_path, run_name, result.checkpoint.path),
-        num_workers=scaling.num_workers, num_parameters=count_parameters(model),
+        loss_curve=curve, num_workers=scaling.num_workers, num_parameters=count_parameters(model),
         wall_s=time.perf_counter() - started, notes=[line for hook in hooks for line in hook.summary(metrics)],
     )
 
 
 def _checkpoint_location(storage_path: str, run_name: str, path: str) -> str:
     """Where the final checkpoint is, as the user named the storage (``s3://...``, not ``bucket/...``)."""
-    return storage.join(storage_path, run_name, Path(path).name) if storage.is_uri(storage_path) else path
+    return _run_file(storage_path, run_name, path, Path(path).name)
+
+
+def _run_file(storage_path: str, run_name: str, checkpoint: str, name: str) -> str:
+    """``name`` in the run's folder (where its checkpoint ``checkpoint`` is), as the user named the storage."""
+    return storage.join(storage_path, run_name, name) if storage.is_uri(storage_path) else str(Path(checkpoint).parent / name)

@@ -61,7 +61,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     reference = single_process_memory(model, optim.optimizer)
     parallel = parallelize(model, run.dims, parallel_plan(job.model.name), device, bf16=optim.precision == "bf16")
     optimizer = make_optimizer(parallel.module, optim)
-    state = {"epoch": -1, "step": 0, "history": [], "memory": {}}
+    state = {"epoch": -1, "step": 0, "history": [], "memory": {}, "curve": []}
     checkpoint = ray.train.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as folder:
@@ -81,6 +81,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         hooks.on_epoch_start(ctx, epoch)
         parallel.module.train()
         train, lr = torch.zeros(3, dtype=torch.float64), 0.0  # loss sum, correct, seen
+        logged = train.clone()
         for index, batch in enumerate(data.train(epoch)):
             hooks.on_step(ctx, epoch, index)
             lr = schedule(state["step"])
@@ -88,10 +89,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                 group["lr"] = lr
             optimizer.zero_grad(set_to_none=True)
             loss, logits = parallel.train_step(batch, loss_fn)
+            if optim.clip_grad_norm:
+                parallel.clip_gradients(optim.clip_grad_norm)
             optimizer.step()
             state["step"] += 1
             if logits is not None:
                 train += _totals(loss.item() * batch.y.numel(), logits, batch.y)
+            if job.run.log_every_steps and state["step"] % job.run.log_every_steps == 0:
+                logged = _log_curve(state, train, logged, world)
         elapsed = torch.tensor([time.perf_counter() - began])
         extra = hooks.epoch_metrics(ctx)  # before evaluation, which is no training
         if not state["memory"] and (held := parallel.memory(optimizer)) is not None:
@@ -115,6 +120,16 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         if rank == 0:
             run.progress.send(_progress(metrics, optim.epochs))
         _report(metrics, state, job.run, optim.epochs, rank, parallel, optimizer)
+
+
+def _log_curve(state: dict[str, Any], train: torch.Tensor, logged: torch.Tensor, world: int) -> torch.Tensor:
+    """Append the mean training loss since the last point to ``state["curve"]`` (collective)."""
+    interval = (train - logged)[[0, 2]].clone()
+    if world > 1:
+        dist.all_reduce(interval)
+    if interval[1] > 0:
+        state["curve"].append({"step": state["step"], "train_loss": (interval[0] / interval[1]).item()})
+    return train.clone()
 
 
 def _progress(metrics: dict[str, Any], epochs: int) -> str:

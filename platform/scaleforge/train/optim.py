@@ -7,11 +7,18 @@ from torch import nn
 
 
 def make_optimizer(module: nn.Module, optim) -> torch.optim.Optimizer:
-    """AdamW, or SGD with Nesterov momentum, over ``module``'s parameters (``optim``: an ``OptimSpec``)."""
+    """AdamW, or SGD with Nesterov momentum, over ``module``'s parameters (``optim``: an ``OptimSpec``);
+    with ``optim.decay_norms_and_biases`` off, one-dimensional parameters form a group without decay."""
+    params = list(module.parameters())
+    if optim.decay_norms_and_biases:
+        groups = [{"params": params}]
+    else:
+        groups = [{"params": [p for p in params if p.dim() >= 2]},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     if optim.optimizer == "sgd":
-        return torch.optim.SGD(module.parameters(), lr=optim.lr, momentum=optim.momentum,
-                               nesterov=True, weight_decay=optim.weight_decay)
-    return torch.optim.AdamW(module.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
+        return torch.optim.SGD(groups, lr=optim.lr, momentum=optim.momentum, nesterov=True,
+                               weight_decay=optim.weight_decay)
+    return torch.optim.AdamW(groups, lr=optim.lr, weight_decay=optim.weight_decay)
 
 
 def peak_learning_rate(lr: float, global_batch: int, base_batch: int, scaling: str) -> float:
