@@ -8,7 +8,6 @@ it. The config then goes to Serve's controller exactly as ``serve run config.yam
 modules themselves (``serving/``) are never imported by name here.
 """
 
-import logging
 import math
 import time
 from dataclasses import dataclass
@@ -117,20 +116,14 @@ def _start_serve(cfg: ServeConfig, attempts: int = 3):
     its ready check (5 s) while it starts, and Serve kills it and starts another: the start raises
     then, and is repeated (the restarted proxy is waited for by :func:`_wait_until_answering`)."""
     asked = cfg.http_options.model_dump(exclude_none=True)
-    serve_logger = logging.getLogger("ray.serve")
-    level = serve_logger.level
-    serve_logger.setLevel(logging.ERROR)  # Ray's warning on other HTTP options is said below, in our words
-    try:
-        for attempt in range(attempts):
-            try:
-                client = serve_api.serve_start(proxy_location=cfg.proxy_location, http_options=asked)
-                break
-            except ray.exceptions.RayActorError:
-                if attempt == attempts - 1:
-                    raise
-    finally:
-        serve_logger.setLevel(level)
-    running = client.http_config
+    for attempt in range(attempts):
+        try:
+            client = serve_api.serve_start(proxy_location=cfg.proxy_location, http_options=asked)
+            break
+        except ray.exceptions.RayActorError:
+            if attempt == attempts - 1:
+                raise
+    running = client.http_config  # Ray's own warning when these differ stays off the console (runtime._QUIET)
     differs = [f"{key} {value} (it uses {getattr(running, key)})" for key, value in asked.items()
                if key in ("host", "port") and getattr(running, key) != value]
     if differs:

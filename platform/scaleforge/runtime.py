@@ -20,8 +20,10 @@ change (started, finished) waits for a poll, so on a machine where a poll is che
 sooner at 0.5 s; and it starts a preemption watcher per run, an extra process, for cloud nodes that a
 local Ray does not have."""
 
-_QUIET = {"ray": logging.ERROR, "ray.data": logging.ERROR, "ray.serve": logging.WARNING, "ray.train": logging.WARNING}
-"""Driver-side loggers and the least level that reaches the console."""
+_QUIET = {"ray": logging.ERROR, "ray.data": logging.ERROR, "ray.serve": logging.ERROR, "ray.train": logging.WARNING}
+"""Driver-side loggers and the least level that reaches the console. Serve's driver-side warnings are
+about its own internals under load (a replica slow to report its queue, other HTTP options than the
+running proxy's); what a user must act on, deploy() and the query stage say in their own words."""
 
 
 def worker_logs_to_console() -> bool:

@@ -1,7 +1,7 @@
-"""The language model under every layout (dp, ep, tp, pp GPipe and 1F1B, fsdp; dp x tp, fsdp x tp,
-dp x pp) on gloo processes, through the strategies Ray Train's workers use, trains exactly what one
-process trains on the same standard-library bytes, gradient clipping included; tp, pp and fsdp at degree 2 each hold at most
-0.55x of one process's model and optimiser state."""
+"""configs/train_lm_tiny.yaml's model under every layout (dp, ep, tp, pp GPipe and 1F1B, fsdp; dp x tp,
+fsdp x tp, dp x pp) on gloo processes, through the strategies Ray Train's workers use, trains exactly
+what one process trains on the same standard-library bytes, gradient clipping included; tp, pp and
+fsdp at degree 2 each hold at most 0.55x of one process's model and optimiser state."""
 
 import itertools
 
@@ -9,7 +9,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from conftest import REPO
 from gloo_ranks import run_ranks
+from scaleforge.config import TrainJobConfig, load_config
 from scaleforge.distributed import ParallelDims
 from scaleforge.distributed.batches import ReplicatedBatches
 from scaleforge.distributed.memory import memory_held
@@ -21,8 +23,9 @@ from scaleforge.text.corpus import load_corpus
 from scaleforge.text.dataset import windows
 from scaleforge.text.tokenizer import ByteTokenizer
 
-SEQ, BATCH, STEPS, LR, CLIP = 32, 8, 5, 3e-3, 0.5
-DENSE = TransformerLMSpec(context=SEQ, d_model=32, num_heads=4, num_layers=2, ff_dim=64, dropout=0.0)
+TINY = load_config(TrainJobConfig, REPO / "configs" / "train_lm_tiny.yaml")
+SEQ, BATCH, STEPS, LR, CLIP = TINY.data.seq_len, 8, 5, 3e-3, 0.5
+DENSE = TINY.model  # configs/train_lm_tiny.yaml's model
 MOE = DENSE.model_copy(update={"moe": MoESpec(num_experts=4, expert_hidden=32, top_k=2, capacity_factor=100.0)})
 LARGE = TransformerLMSpec(context=SEQ, d_model=256, num_heads=8, num_layers=8, ff_dim=1024, dropout=0.0)  # 6.4M parameters
 TWO_RANKS = {"dp=2": (DENSE, dict(dp=2)), "ep=2": (MOE, dict(dp=2, ep=2)), "tp=2": (DENSE, dict(tp=2)),
