@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from scaleforge.cluster.local import free_ports
+
 DISK_VARIABLES = ("HOME", "SCALEFORGE_CACHE")
 """What makes a node's disk its own: where ``~`` is, and where artifacts downloaded from storage are cached."""
 
@@ -69,8 +71,14 @@ class Machines:
         # Short, under /tmp: Ray's socket paths must fit in 107 bytes.
         folder = tempfile.mkdtemp(prefix="sfnode", dir="/tmp")
         self._ray_folders.append(folder)
+        # Ports of its own for the node's agents, as on a machine of its own: Ray's defaults (the dashboard
+        # agent's 52365) are one per machine, and a node whose agent lost the port to another node or
+        # cluster has no agent, so a job submitted to a head in that state is refused ("No available agent").
+        agent, metrics, export, runtime_env = free_ports(4)
+        ports = {"dashboard_agent_listen_port": agent, "metrics_agent_port": metrics,
+                 "metrics_export_port": export, "runtime_env_agent_port": runtime_env}
         with own_disk(self.root / name):
-            node = self.cluster.add_node(temp_dir=folder, **node_args)
+            node = self.cluster.add_node(temp_dir=folder, **{**ports, **node_args})
         # As `ray start` does: the node's folder names its cluster, which a job's driver joins ("auto");
         # without it Ray falls back to the machine's last started cluster, which may be another one.
         from ray._private.utils import write_ray_address
