@@ -94,10 +94,6 @@ class TextDataSpec(BaseModel):
     max_validation_bytes: Optional[PositiveInt] = None
     """Validate on the first this many bytes of the validation split only."""
 
-    @property
-    def files(self) -> list[str]:
-        return [] if self.source == "stdlib" else [self.source]
-
 
 def _data_kind(value: Any) -> str:
     return value.get("kind", "arrays") if isinstance(value, dict) else getattr(value, "kind", "arrays")

@@ -1,9 +1,11 @@
 """Pre-flight checks of a ``data`` section: its files exist and can be read (before Ray starts)."""
 
+from typing import Union
+
 from pyarrow import ArrowException
 
 from scaleforge import storage
-from scaleforge.config.data import DataSpec
+from scaleforge.config.data import DataSpec, TextDataSpec
 from scaleforge.config.loader import ConfigError
 from scaleforge.data.sources import DatasetInfo, describe, localized
 from scaleforge.text.corpus import CorpusError, load_corpus
@@ -34,7 +36,7 @@ def check_files(spec: DataSpec, field: str = "data") -> None:
             raise ConfigError(f"{field}.{name}: data file {storage.describe(written)!r} does not exist")
 
 
-def check_data(spec: DataSpec, field: str = "data") -> DatasetInfo:
+def check_data(spec: Union[DataSpec, TextDataSpec], field: str = "data") -> DatasetInfo:
     """Check that ``spec``'s files exist and can be read, and return the dataset's sizes.
 
     Args:

@@ -15,7 +15,6 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
 from scaleforge.distributed.plan import DENSE, ParallelPlan
 from scaleforge.models.moe import moe_layers
-from scaleforge.models.transformer_lm import lm_stage
 
 _COLUMNWISE = ("attention.query", "attention.key", "attention.value", "ff_in")
 _ROWWISE = ("attention.out", "ff_out")
@@ -36,31 +35,31 @@ def stage_layers(num_layers: int, stages: int) -> list[range]:
     return [range(bounds[i], bounds[i + 1]) for i in range(stages)]
 
 
+def tied_embedding(model: nn.Module) -> list[str]:
+    """The token embedding, when it is also the output projection (a language model without a head)."""
+    return ["embed.weight"] if model.head is None else []
+
+
 def transformer_stage(model: nn.Module, stage: int, stages: int) -> nn.Module:
     """Reduce ``model`` in place to pipeline stage ``stage`` of ``stages``.
 
     The stage keeps its layers under their original names (so checkpoints of all stages together
-    form the full state dict); the first stage keeps the embedding, the last the norm and head.
+    form the full state dict); the first stage keeps the embeddings, the last the norm and head, and
+    the token embedding too when it is the head's weight (``position`` marks the stage that takes
+    the input).
     """
     kept = stage_layers(len(model.layers), stages)[stage]
     for name in list(model.layers):
         if int(name) not in kept:
             del model.layers[name]
+    last = stage == stages - 1
     if stage > 0:
-        model.embed, model.position = None, None
-    if stage < stages - 1:
+        model.position = None
+        if not (last and tied_embedding(model)):
+            model.embed = None
+    if not last:
         model.norm, model.head = None, None
     return model
-
-
-def language_model_stage(model: nn.Module, stage: int, stages: int) -> nn.Module:
-    """Pipeline stage ``stage`` of a ``transformer_lm`` (see :func:`scaleforge.models.transformer_lm.lm_stage`)."""
-    return lm_stage(model, stage, stages, stage_layers(len(model.layers), stages)[stage])
-
-
-def tied_embedding(model: nn.Module) -> list[str]:
-    """The token embedding, when it is also the output projection (first and last pipeline stage)."""
-    return ["embed.weight"] if model.head is None else []
 
 
 def _layers(model: nn.Module) -> list[nn.Module]:
@@ -69,7 +68,7 @@ def _layers(model: nn.Module) -> list[nn.Module]:
 
 TRANSFORMER = ParallelPlan(tensor_parallel=transformer_tensor_plan, pipeline_stage=transformer_stage,
                            fsdp_units=_layers, expert_layers=moe_layers)
-TRANSFORMER_LM = ParallelPlan(tensor_parallel=transformer_tensor_plan, pipeline_stage=language_model_stage,
+TRANSFORMER_LM = ParallelPlan(tensor_parallel=transformer_tensor_plan, pipeline_stage=transformer_stage,
                               fsdp_units=_layers, expert_layers=moe_layers, tied_parameters=tied_embedding)
 MOE = ParallelPlan(expert_layers=moe_layers)
 PLANS = {"transformer": TRANSFORMER, "transformer_lm": TRANSFORMER_LM, "moe": MOE}

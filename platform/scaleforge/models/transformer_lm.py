@@ -5,9 +5,10 @@ projection tied to the token embedding.
 The layers are :class:`~scaleforge.models.transformer.EncoderLayer` with a causal mask and GELU, so
 the tensor-parallel plan of the classifier (Megatron layout) applies unchanged, and an MoE
 feed-forward routes each token with the existing gates. As in the classifier, the layers live in an
-``nn.ModuleDict`` and the embeddings, norm and head may be ``None``: a pipeline stage keeps only its
-own parts and every parameter keeps its name. The last stage of a pipeline keeps ``embed`` too when
-the embeddings are tied (it is the head's weight); ``position`` marks the stage that takes tokens.
+``nn.ModuleDict`` and the embeddings, norm and head may be ``None``: a pipeline stage
+(``scaleforge.models.plans.transformer_stage``) keeps only its own parts and every parameter keeps
+its name. The last stage keeps ``embed`` too when the embeddings are tied (it is the head's weight);
+``position`` marks the stage that takes tokens.
 """
 
 import math
@@ -65,19 +66,3 @@ class TransformerLM(nn.Module):
         if self.norm is None:
             return h
         return F.linear(self.norm(h), self.head.weight if self.head is not None else self.embed.weight)
-
-
-def lm_stage(model: TransformerLM, stage: int, stages: int, keep_layers: range) -> TransformerLM:
-    """Reduce ``model`` in place to one pipeline stage holding ``keep_layers``: the first stage keeps
-    the embeddings, the last the norm and head (and the tied embedding, the head's weight)."""
-    for name in list(model.layers):
-        if int(name) not in keep_layers:
-            del model.layers[name]
-    last, tied = stage == stages - 1, model.head is None
-    if stage > 0:
-        model.position = None
-        if not (last and tied):
-            model.embed = None
-    if not last:
-        model.norm, model.head = None, None
-    return model

@@ -28,7 +28,6 @@ class TextSplits:
     validation: tuple[np.ndarray, np.ndarray]
     info: DatasetInfo
     fingerprint: str
-    tokenizer: ByteTokenizer
 
 
 def windows(tokens: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -59,7 +58,7 @@ def read_text(spec: TextDataSpec) -> TextSplits:
     train = tokenizer.encode(corpus.read("train")[:spec.max_train_bytes])
     validation = tokenizer.encode(corpus.read("validation")[:spec.max_validation_bytes])
     return TextSplits(windows(train, spec.seq_len), windows(validation, spec.seq_len), describe_text(spec, corpus),
-                      corpus.fingerprint(), tokenizer)
+                      corpus.fingerprint())
 
 
 def text_datasets(splits: TextSplits) -> dict[str, ray.data.Dataset]:

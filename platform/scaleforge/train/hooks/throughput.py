@@ -3,6 +3,9 @@
 import time
 from typing import Optional
 
+import torch
+
+from scaleforge.models import build_model
 from scaleforge.train.hooks.base import TrainHook, WorkerContext
 
 
@@ -55,10 +58,6 @@ def throughput_hook(cfg, info, data_world: int) -> Throughput:
     ``T`` tokens; other models report examples/s only.
     """
     if info.tokens:
-        import torch
-
-        from scaleforge.models import build_model
-
         with torch.device("meta"):
             model = build_model(cfg.model, info.input_dim, info.num_classes)
         params = sum(p.numel() for name, p in model.named_parameters() if name != "position")
