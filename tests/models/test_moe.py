@@ -40,16 +40,15 @@ def test_top1_of_16_experts_costs_far_less_than_running_all_16():
     layer = MoELayer(MoESpec(d_model=256, num_experts=16, expert_hidden=1024, top_k=1)).eval()
     x = torch.randn(1024, 256)
 
-    def best_of(fn, repeats=5):
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            with torch.no_grad():
-                fn()
-            times.append(time.perf_counter() - start)
-        return min(times)
+    def seconds(fn):
+        start = time.perf_counter()
+        with torch.no_grad():
+            fn()
+        return time.perf_counter() - start
 
-    sparse, dense = best_of(lambda: layer(x)), best_of(lambda: dense_forward(layer, x))
+    # Interleaved, best of 8 each: a burst of load from the suite's other worker falls on both sides.
+    pairs = [(seconds(lambda: layer(x)), seconds(lambda: dense_forward(layer, x))) for _ in range(8)]
+    sparse, dense = min(p[0] for p in pairs), min(p[1] for p in pairs)
     assert sparse < 0.7 * dense, f"top-1 {sparse * 1e3:.1f} ms vs all experts {dense * 1e3:.1f} ms"
 
 
