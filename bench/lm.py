@@ -1,0 +1,207 @@
+"""The language model against plain PyTorch and general-purpose compressors, side by side in one run.
+
+    .venv/bin/python bench/lm.py           (about 35 minutes on 2 idle cores)
+    .venv/bin/python bench/lm.py --quick   (a few minutes: everything runs on a slice of the bytes;
+                                            its bars say nothing about the full run)
+
+On ``configs/train_lm_small.yaml``'s model and bytes (the standard library's sources):
+
+1. **Quality.** The config run as shipped (Ray Train, 2 data-parallel workers, one thread each);
+   then one plain PyTorch process, both cores' threads, given the same wall-clock as the whole Ray
+   job took (start-up included), its warm-up and cosine laid over that time
+   (``bench/lm_plain.py single``). Both score the same validation windows in bits per byte; ``gzip -9``
+   and ``xz -9e`` compress the same validation bytes.
+2. **Throughput.** The same model, batch and optimiser under PyTorch DDP the torchrun way (two
+   processes, gloo, a ``DistributedSampler`` each: ``bench/lm_plain.py ddp``) against the Ray Train
+   job with the same two workers, the same number of steps: tokens/s over the steps after the first
+   50 (steady state), with the time up to then reported apart as start-up.
+3. **Layouts.** Tokens/s, model and optimiser state per worker, and peak resident memory per worker
+   of each layout the job offers, on the same model (an MoE feed-forward for ``ep``).
+
+Prints each bar with met/missed; exit status 1 if one was missed.
+"""
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch.distributed as dist
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
+
+from bars import print_bars  # noqa: E402
+
+from scaleforge.config import TrainJobConfig, load_config  # noqa: E402
+from scaleforge.distributed.memory import local_bytes  # noqa: E402
+from scaleforge.runtime import ensure_ray  # noqa: E402
+from scaleforge.text.corpus import load_corpus  # noqa: E402
+from scaleforge.text.tokenizer import compressed_bits_per_byte  # noqa: E402
+from scaleforge.train import run_training  # noqa: E402
+from scaleforge.train.hooks import TrainHook  # noqa: E402
+from scaleforge.train.preflight import check_runnable  # noqa: E402
+
+CONFIG = ROOT / "configs" / "train_lm_small.yaml"
+
+@dataclass(frozen=True)
+class Sizes:
+    """Optimiser steps of the throughput runs and of each layout's run, and how many of the first
+    are start-up rather than steady state; ``cut``: overrides that slice the bytes (``--quick``)."""
+
+    steps: int = 300
+    warmup: int = 50
+    layout_steps: int = 60
+    layout_warmup: int = 10
+    cut: tuple[str, ...] = ()
+
+
+QUICK = Sizes(40, 10, 12, 4, ("data.max_train_bytes=400000", "data.max_validation_bytes=100000"))
+MOE = ("model.moe.num_experts=4", "model.moe.expert_hidden=256", "model.moe.top_k=1", "model.moe.capacity_factor=2.0")
+LAYOUTS = {  # name: (workers, overrides)
+    "dp=2": (2, ()), "fsdp=2": (2, ("parallel.fsdp=2",)), "tp=2": (2, ("parallel.tp=2",)),
+    "pp=2 gpipe": (2, ("parallel.pp=2", "parallel.pp_schedule=gpipe")),
+    "pp=2 1f1b": (2, ("parallel.pp=2", "parallel.pp_schedule=1f1b")),
+    "ep=2 (MoE, 4 experts)": (2, ("parallel.ep=2", *MOE)),
+    "dp=2 x tp=2": (4, ("parallel.tp=2",)), "fsdp=2 x tp=2": (4, ("parallel.fsdp=2", "parallel.tp=2")),
+    "dp=2 x pp=2": (4, ("parallel.pp=2",)),
+}
+
+
+class Meter(TrainHook):
+    """Steady-state tokens/s (rank 0's clock, steps after ``warmup``) and every worker's peak RSS."""
+
+    def __init__(self, warmup: int, tokens_per_step: int):
+        self.warmup, self.tokens_per_step, self.starts, self.warm_at = warmup, tokens_per_step, [], None
+
+    def on_epoch_start(self, ctx, epoch: int) -> None:
+        self.starts = []
+
+    def on_step(self, ctx, epoch: int, step: int) -> None:
+        self.starts.append(time.perf_counter())
+        if step == self.warmup:
+            self.warm_at = time.time()
+
+    def epoch_metrics(self, ctx) -> dict:
+        finished = time.perf_counter()
+        steady = (len(self.starts) - self.warmup) * self.tokens_per_step / (finished - self.starts[self.warmup])
+        mine = (peak_rss_mib(), sum(local_bytes(p) for p in ctx.model.module.parameters()) / 2**20)
+        gathered = [None] * ctx.world
+        dist.all_gather_object(gathered, mine)
+        return {"steady_tokens_per_s": steady, "warm_at": self.warm_at, "rss_mib_per_worker": [g[0] for g in gathered],
+                "param_mib_per_worker": [g[1] for g in gathered]}
+
+
+def peak_rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) / 1024
+
+
+def job(tmp: Path, name: str, *overrides: str) -> TrainJobConfig:
+    return load_config(TrainJobConfig, CONFIG, [*overrides, f"artifact.dir={tmp / name}",
+                                                f"run.storage_path={tmp / 'runs'}"], check_runnable)
+
+
+def short_job(tmp: Path, name: str, workers: int, steps: int, *overrides: str) -> TrainJobConfig:
+    """The config cut to ``steps`` optimiser steps of one epoch (and a token validation split)."""
+    cfg = job(tmp, name, f"scaling.num_workers={workers}", *overrides)
+    seq, batch = cfg.data.seq_len, cfg.optim.batch_size
+    return job(tmp, name, f"scaling.num_workers={workers}", *overrides, "run.log_every_steps=null",
+               f"data.max_train_bytes={steps * cfg.dims.data_world * batch * seq + 1}",
+               f"data.max_validation_bytes={batch * cfg.dims.data_world * seq + 1}")
+
+
+def timed(cfg: TrainJobConfig, warmup: int) -> tuple[dict, float]:
+    """Metrics of ``cfg`` trained with a :class:`Meter`, and its start-up: call to the first steady step."""
+    called = time.time()
+    meter = Meter(warmup, cfg.optim.batch_size * cfg.dims.data_world * cfg.data.seq_len)
+    metrics = run_training(cfg, hooks=[meter]).metrics
+    return metrics, metrics["warm_at"] - called
+
+
+def plain(mode: str, tmp: Path, *args: str) -> tuple[dict, float]:
+    """``bench/lm_plain.py`` (under torchrun for ``ddp``): its result and the wall-clock it took."""
+    out = tmp / f"{mode}.json"
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"] \
+        if mode == "ddp" else [sys.executable]
+    began = time.time()
+    subprocess.run([*launcher, str(ROOT / "bench" / "lm_plain.py"), mode, "--config", str(CONFIG), "--out", str(out),
+                    *args], check=True, cwd=ROOT, stdout=sys.stderr)
+    return json.loads(out.read_text()), began
+
+
+def main(sizes: Sizes) -> int:
+    rows, cut = [], sizes.cut
+    with tempfile.TemporaryDirectory(prefix="scaleforge-bench-lm-") as folder, redirect_stdout(sys.stderr):
+        tmp = Path(folder)
+        cfg = job(tmp, "lm_small", *cut)
+        corpus = load_corpus(cfg.data.source, cfg.data.validation_fraction, cfg.data.column)
+        validation = corpus.read("validation")[:cfg.data.max_validation_bytes]
+        gzip, xz = (compressed_bits_per_byte(validation, name) for name in ("gzip -9", "xz -9e"))
+
+        began = time.perf_counter()
+        ensure_ray(min_cpus=8)  # the 4-worker layouts below; the quality run uses 2 workers
+        ours = run_training(cfg)
+        ray_wall = time.perf_counter() - began
+        single, _ = plain("single", tmp, "--seconds", f"{ray_wall:.1f}", "--threads", "2",
+                          *(f"--set={override}" for override in cut))
+
+        ddp, ddp_launched = plain("ddp", tmp, "--steps", str(sizes.steps), "--warmup", str(sizes.warmup))
+        ray_steady, ray_startup = timed(short_job(tmp, "throughput", 2, sizes.steps), sizes.warmup)
+
+        layouts = {name: timed(short_job(tmp, name.split()[0], workers, sizes.layout_steps, *overrides),
+                               sizes.layout_warmup)[0] for name, (workers, overrides) in LAYOUTS.items()}
+
+    bits = ours.metrics["bits_per_byte"]
+    print(f"validation: {len(validation):,} bytes of {cfg.data.source} ({corpus.fingerprint()[:19]}...); "
+          f"gzip -9 {gzip:.3f}, xz -9e {xz:.3f} bits/byte")
+    print(f"quality, {ray_wall / 60:.1f} min each: Ray Train dp=2 {bits:.3f} bits/byte at "
+          f"{ours.metrics['tokens_per_s']:,.0f} tokens/s; one plain PyTorch process ({single['threads']} threads) "
+          f"{single['bits_per_byte']:.3f} at {single['tokens_per_s']:,.0f} tokens/s ({single['steps']:,} steps); "
+          f"{bits - xz:+.3f} bits/byte from xz -9e")
+    print(f"throughput, {sizes.steps} steps of 2 x {cfg.optim.batch_size} x {cfg.data.seq_len} tokens, steady after {sizes.warmup}:")
+    print(f"  torchrun DDP {ddp['tokens_per_s']:,.0f} tokens/s (start-up {ddp['startup_s']:.1f} s in-process, "
+          f"{ddp['warm_at'] - ddp_launched:.1f} s from launch); Ray Train {ray_steady['steady_tokens_per_s']:,.0f} "
+          f"tokens/s (start-up {ray_startup:.1f} s from the call)")
+    print(f"  peak RSS per worker: torchrun {_mib(ddp['rss_mib_per_rank'])}; Ray Train {_mib(ray_steady['rss_mib_per_worker'])}")
+    print_layouts(layouts, sizes)
+    print()
+
+    ratio = ray_steady["steady_tokens_per_s"] / ddp["tokens_per_s"]
+    rows += [
+        ("bits/byte, train_lm_small.yaml (dp=2)", f"{bits:.3f} in {ray_wall / 60:.1f} min",
+         f"<= gzip -9 {gzip:.3f}, < 15 min", bits <= gzip and ray_wall < 900),
+        ("bits/byte against one plain process, same wall-clock", f"{bits:.3f} vs {single['bits_per_byte']:.3f}",
+         "<= plain", bits <= single["bits_per_byte"]),
+        ("steady tokens/s, Ray Train / torchrun DDP", f"{ratio:.2f}", ">= 0.90", ratio >= 0.9),
+    ]
+    return print_bars(rows, "target")
+
+
+def print_layouts(layouts: dict[str, dict], sizes: Sizes) -> None:
+    print(f"\nlayouts ({sizes.layout_steps} steps, steady after {sizes.layout_warmup}). params: parameter MiB each worker "
+          f"holds; state: parameters + gradients + AdamW moments, as the split strategies measure it, else 4x the "
+          f"worker's parameters (AdamW); one process holds {4 * layouts['dp=2']['param_mib_per_worker'][0]:.2f} MiB of state:")
+    print(f"{'layout':24s} {'tokens/s':>9s} {'params/worker':>23s} {'state/worker':>23s} {'peak RSS/worker':>19s}")
+    for name, metrics in layouts.items():
+        params = metrics["param_mib_per_worker"]
+        state = [_state(r) for r in metrics["memory_per_worker"]] if "memory_per_worker" in metrics \
+            else [4 * p for p in params]
+        print(f"{name:24s} {metrics['steady_tokens_per_s']:9,.0f} {_mib(params, 2):>23s} {_mib(state, 2):>23s} "
+              f"{_mib(metrics['rss_mib_per_worker']):>19s}")
+
+
+def _state(report: dict) -> float:
+    return (report["params"] + report["grads"] + report["optimizer"]) / 2**20
+
+
+def _mib(values, decimals: int = 0) -> str:
+    return "/".join(f"{v:.{decimals}f}" for v in values)
+
+
+if __name__ == "__main__":
+    sys.exit(main(QUICK if "--quick" in sys.argv[1:] else Sizes()))

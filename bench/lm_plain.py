@@ -1,0 +1,154 @@
+"""The plain-PyTorch peers of ``bench/lm.py``: the same language model on the same bytes, no Ray.
+
+    python bench/lm_plain.py single --config configs/train_lm_small.yaml --seconds 540 --out single.json
+    torchrun --standalone --nproc-per-node 2 bench/lm_plain.py ddp --config ... --steps 300 --out ddp.json
+
+``single`` trains one process (every core's threads) for a wall-clock budget, its warm-up and
+cosine decay laid over that budget rather than over a step count it cannot know in advance, then
+scores the validation windows. ``ddp`` is data parallelism the torchrun way: ``init_process_group``
+from torchrun's environment (gloo), ``DistributedDataParallel``, a ``DistributedSampler`` per rank,
+one thread per process; it times every step and reports steady-state tokens/s. Model, tokens,
+batch per rank, AdamW groups and gradient clipping are the config's, as the Ray Train job uses them.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, TensorDataset
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "platform")]
+
+from scaleforge.config import TrainJobConfig, load_config  # noqa: E402
+from scaleforge.models import build_model  # noqa: E402
+from scaleforge.text.dataset import read_text  # noqa: E402
+from scaleforge.text.tokenizer import ByteTokenizer  # noqa: E402
+
+
+def setup(config: str, overrides: list[str]):
+    """The config's model (seeded), AdamW (no decay on norms and biases) and both splits as tensors."""
+    cfg = load_config(TrainJobConfig, config, overrides)
+    splits = read_text(cfg.data)
+    torch.manual_seed(cfg.optim.seed)
+    model = build_model(cfg.model, cfg.data.seq_len, ByteTokenizer.vocab_size)
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2]},
+                                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+                                  lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+    tensors = {name: TensorDataset(torch.from_numpy(x).long(), torch.from_numpy(y).long())
+               for name, (x, y) in (("train", splits.train), ("validation", splits.validation))}
+    return cfg, model, optimizer, tensors
+
+
+def step(model, optimizer, x, y, clip: float) -> float:
+    optimizer.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    return loss.item()
+
+
+@torch.no_grad()
+def bits_per_byte(model, data: TensorDataset) -> float:
+    model.eval()
+    nats = count = 0.0
+    for x, y in DataLoader(data, batch_size=256):
+        nats += F.cross_entropy(model(x).flatten(0, 1), y.flatten(), reduction="sum").item()
+        count += y.numel()
+    return nats / count / math.log(2)
+
+
+def single(args) -> dict:
+    """Train for ``args.seconds`` of wall-clock (from process start), then score the validation split."""
+    torch.set_num_threads(args.threads)
+    cfg, model, optimizer, data = setup(args.config, args.set)
+    began, budget = time.perf_counter(), args.seconds - (time.perf_counter() - STARTED)
+    warmup, peak, clip = 0.02 * budget, cfg.optim.lr, cfg.optim.clip_grad_norm
+    steps, tokens, epoch = 0, 0, 0
+    model.train()
+    while time.perf_counter() - began < budget:
+        generator = torch.Generator().manual_seed(cfg.optim.seed + epoch)
+        for x, y in DataLoader(data["train"], batch_size=cfg.optim.batch_size, drop_last=True,
+                               sampler=RandomSampler(data["train"], generator=generator)):
+            elapsed = time.perf_counter() - began
+            if elapsed >= budget:
+                break
+            lr = peak * elapsed / warmup if elapsed < warmup else \
+                0.5 * peak * (1 + math.cos(math.pi * (elapsed - warmup) / (budget - warmup)))
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            step(model, optimizer, x, y, clip)
+            steps, tokens = steps + 1, tokens + y.numel()
+        epoch += 1
+    trained_s = time.perf_counter() - began
+    return {"bits_per_byte": bits_per_byte(model, data["validation"]), "steps": steps, "tokens": tokens,
+            "train_s": trained_s, "tokens_per_s": tokens / trained_s, "threads": args.threads,
+            "total_s": time.perf_counter() - STARTED}
+
+
+def ddp(args) -> dict:
+    """``args.steps`` DDP steps on torchrun's ranks; tokens/s over the steps after ``args.warmup``."""
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(1)
+    cfg, model, optimizer, data = setup(args.config, args.set)
+    model = DistributedDataParallel(model)
+    sampler = DistributedSampler(data["train"], num_replicas=world, rank=rank, shuffle=True, seed=cfg.optim.seed)
+    loader = DataLoader(data["train"], batch_size=cfg.optim.batch_size, sampler=sampler, drop_last=True)
+    if len(loader) < args.steps:
+        raise SystemExit(f"{len(loader)} batches per rank, fewer than --steps {args.steps}")
+    model.train()
+    times, timed_tokens, warm_at = [], 0, None
+    for index, (x, y) in enumerate(loader):
+        if index == args.steps:
+            break
+        if index == args.warmup:
+            warm_at = time.time()
+        for group in optimizer.param_groups:
+            group["lr"] = cfg.optim.lr
+        step(model, optimizer, x, y, cfg.optim.clip_grad_norm)
+        times.append(time.perf_counter())
+        if index >= args.warmup:
+            timed_tokens += y.numel() * world
+    dist.barrier()
+    result = {"tokens_per_s": timed_tokens / (times[-1] - times[args.warmup - 1]), "steps": args.steps,
+              "warmup": args.warmup, "world": world, "startup_s": times[args.warmup - 1] - STARTED, "warm_at": warm_at,
+              "rss_mib": _rss_mib()}
+    rss = [None] * world
+    dist.all_gather_object(rss, result["rss_mib"])
+    result["rss_mib_per_rank"] = rss
+    dist.destroy_process_group()
+    return result if rank == 0 else {}
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) / 1024
+
+
+STARTED = time.perf_counter()
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=["single", "ddp"])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--set", action="append", default=[], help="config override KEY=VALUE")
+    parser.add_argument("--seconds", type=float, help="single: wall-clock budget, start-up included")
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    result = single(args) if args.mode == "single" else ddp(args)
+    if result:
+        Path(args.out).write_text(json.dumps(result, indent=1))
