@@ -127,6 +127,7 @@ def _ray_job_logs(machines, submission_id: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 270-470 s on an idle machine; 574 s, still running, when load from outside the suite doubled it
 def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machines):
     root = s3.uri("scaleforge")  # the storage root: the pipeline's output is {root}/pipeline
     out = storage.join(root, "pipeline")

@@ -30,8 +30,8 @@ def _unigram_bits(data: bytes) -> float:
 
 
 def test_lm_tiny_learns_context_and_its_artifact_scores_text_as_reported(ray_cluster, tmp_path, capsys):
-    cfg = load_config(TrainJobConfig, REPO / "configs" / "train_lm_tiny.yaml",
-                      [f"storage={tmp_path}"])
+    cfg = load_config(TrainJobConfig, REPO / "configs" / "train_lm_tiny.yaml",  # half its bytes, two epochs
+                      [f"storage={tmp_path}", "data.max_train_bytes=150000", "optim.epochs=2"])
     result = run_training(cfg)
     summary, console = result.summary(), capsys.readouterr().out
     print(console, summary)
@@ -43,7 +43,7 @@ def test_lm_tiny_learns_context_and_its_artifact_scores_text_as_reported(ray_clu
     unigram = _unigram_bits(validation)
     print(f"validation bits/byte {bits:.3f}, unigram entropy of the same bytes {unigram:.3f}")
     assert bits < unigram - 0.5  # it uses context: no byte-frequency model gets there
-    assert [h["epoch"] for h in result.history] == [1, 2, 3]
+    assert [h["epoch"] for h in result.history] == [1, 2]
     assert f"loss curve: {result.loss_curve}" in summary and os.path.getsize(result.loss_curve) > 10_000
     assert result.history[-1]["bits_per_byte"] < result.history[0]["bits_per_byte"]
 
