@@ -3,8 +3,10 @@
 Used where a Ray Train run would be overkill: fine-tuning after pruning or factorization
 (``scaleforge.compress``, inside a Ray task or the driver), and tests and benchmarks that need a
 real trained model in seconds. Real jobs train with ``jobs.train``; the artifacts are the same format.
+The same loop fits a language model on token windows (integer ``x``, a label per token in ``y``).
 """
 
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -22,9 +24,10 @@ def fit(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int, batch_si
     """``epochs`` shuffled passes of AdamW over ``(x, y)``, in place; returns the model in eval mode.
 
     Args:
-        model: Any classifier; its ``aux_loss()`` (MoE balancing losses) is added when it has one.
-        x: [examples, features] float32.
-        y: [examples] int64 labels.
+        model: Any classifier or language model; its ``aux_loss()`` (MoE balancing losses) is added
+            when it has one.
+        x: [examples, features] float32, or a language model's [windows, tokens] integer token ids.
+        y: [examples] int64 labels, or [windows, tokens] next tokens.
         generator: Shuffling RNG (default: torch's global one).
         one_cycle: One-cycle learning rate (warm-up, then annealing) instead of a constant ``lr``.
             Pruning masks registered by ``torch.nn.utils.prune`` stay applied (their forward hooks
@@ -32,14 +35,14 @@ def fit(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int, batch_si
     """
     if epochs == 0:
         return model
-    inputs, labels = torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.int64)
+    inputs, labels = _inputs(x), torch.as_tensor(y, dtype=torch.int64)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     steps = epochs * -(-len(inputs) // batch_size)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, lr, total_steps=steps) if one_cycle else None
     model.train()
     for _ in range(epochs):
         for rows in torch.randperm(len(inputs), generator=generator).split(batch_size):
-            loss = F.cross_entropy(model(inputs[rows]), labels[rows])
+            loss = F.cross_entropy(model(inputs[rows]).flatten(0, -2), labels[rows].flatten())
             if hasattr(model, "aux_loss"):
                 loss = loss + model.aux_loss()
             optimizer.zero_grad(set_to_none=True)
@@ -57,6 +60,23 @@ def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 1
     inputs = torch.as_tensor(x, dtype=torch.float32)
     predictions = torch.cat([model(chunk).argmax(-1) for chunk in inputs.split(batch_size)])
     return float((predictions.numpy() == y).mean())
+
+
+@torch.inference_mode()
+def bits_per_byte(model: nn.Module, x: np.ndarray, y: np.ndarray, bytes_per_token: float = 1.0,
+                  batch_size: int = 64) -> float:
+    """A language model's cross-entropy over every next token of ``(x, y)`` ([windows, tokens] each),
+    in bits per byte of text: nats summed over the tokens, per token, / ln 2, / bytes per token."""
+    model.eval()
+    inputs, labels = _inputs(x), torch.as_tensor(y, dtype=torch.int64)
+    nats = sum(F.cross_entropy(model(chunk).flatten(0, -2), target.flatten(), reduction="sum").item()
+               for chunk, target in zip(inputs.split(batch_size), labels.split(batch_size)))
+    return nats / labels.numel() / math.log(2) / bytes_per_token
+
+
+def _inputs(x: np.ndarray) -> torch.Tensor:
+    """Token ids stay integers (an embedding looks them up); features become float32."""
+    return torch.as_tensor(x, dtype=torch.int64 if np.issubdtype(x.dtype, np.integer) else torch.float32)
 
 
 def fit_classifier(spec, x: np.ndarray, y: np.ndarray, *, epochs: int, batch_size: int = 256, lr: float = 3e-3,

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from compress_helpers import FULL_TEACHER, TINY_DATA, TINY_TEACHER, train_tiny_teacher
+from compress_helpers import FULL_TEACHER, TINY_DATA, TINY_TEACHER, one_thread, train_tiny_teacher  # noqa: F401 (a fixture)
 from scaleforge.artifacts import load_artifact, load_model, save_artifact
 from scaleforge.compress.finetune import accuracy
 from scaleforge.compress.measure import latency_ms
@@ -19,15 +19,6 @@ from scaleforge.data import DataSpec, load_arrays
 from scaleforge.train.hooks import distillation_loss
 from scaleforge.models import build_model
 from scaleforge.models.surgery import layer_shapes
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Same thread count as the job's measurements (extra OpenMP threads spin on a loaded machine)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")

@@ -29,19 +29,25 @@ def job_of(path) -> str:
 def test_every_config_file_builds_and_passes_its_preflight(path, tmp_path):
     job = job_of(path)
     assert load_config(JOB_SCHEMAS[job], path).model_dump()  # the schema alone needs no artifact
-    # The compression job starts from a trained artifact; give it one of the default teacher's shape.
-    overrides = [f"teacher={_teacher_artifact(tmp_path)}"] if job == "jobs.compress" else []
+    # The compression job starts from a trained artifact; give it one of its teacher's shape.
+    overrides = [f"teacher={_teacher_artifact(tmp_path, path)}"] if job == "jobs.compress" else []
     config = load_config(JOB_SCHEMAS[job], path, overrides, preflight=PREFLIGHTS.get(job))
     assert config.model_dump()
 
 
-def _teacher_artifact(folder):
-    """An untrained model of the default teacher's architecture (configs/train_teacher.yaml)."""
+def _teacher_artifact(folder, compress_config):
+    """An untrained model of the architecture that the shipped training config writing the compression
+    config's ``teacher`` trains (configs/train_teacher.yaml, configs/train_lm_small.yaml)."""
     from scaleforge.artifacts import save_artifact
+    from scaleforge.data.preflight import check_data
     from scaleforge.models import build_model
 
-    teacher = load_config(TrainJobConfig, REPO / "configs/train_teacher.yaml").model
-    return save_artifact(folder / "teacher", build_model(teacher, 40, 10), teacher, input_dim=40, num_classes=10)
+    teacher = load_config(JOB_SCHEMAS["jobs.compress"], compress_config).teacher
+    trainers = [load_config(TrainJobConfig, p) for p in CONFIGS if job_of(p) == "jobs.train"]
+    trainer = next(cfg for cfg in trainers if cfg.artifact.dir == teacher)
+    info = check_data(trainer.data)
+    return save_artifact(folder / "teacher", build_model(trainer.model, info.input_dim, info.num_classes), trainer.model,
+                         input_dim=info.input_dim, num_classes=info.num_classes)
 
 
 def test_overrides_are_typed_and_nested():

@@ -18,6 +18,8 @@ def _in_bucket(path: str) -> str:
     (AsyncSGDConfig, "async_sgd.yaml", {"run.output_dir": "async_sgd", "artifact.dir": "artifacts/async_sgd"}),
     (CompressJobConfig, "compress.yaml", {"teacher": "artifacts/teacher", "output": "artifacts/compressed",
                                           "run.storage_path": "runs"}),
+    (CompressJobConfig, "compress_lm.yaml", {"teacher": "artifacts/lm_small", "output": "artifacts/compressed_lm",
+                                             "run.storage_path": "runs"}),
     (PipelineConfig, "pipeline.yaml", {"output": "pipeline"}),
 ])
 def test_every_output_path_of_a_shipped_config_follows_its_storage_root(schema, config, expected):

@@ -1,7 +1,8 @@
-"""Knowledge distillation on Ray Train: the teacher's logits are computed once with Ray Data and
-ride along as a dataset column; the student trains data-parallel with the soft-target loss."""
+"""Knowledge distillation on Ray Train: a classifier's teacher logits are computed once with Ray Data
+and ride along as a dataset column; a language model's teacher runs on each batch in the workers
+(its token distributions are too big for a column). The student trains data-parallel with the
+soft-target loss."""
 
-import functools
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -15,15 +16,8 @@ from scaleforge.config.compress import CompressJobConfig, DistillStep
 from scaleforge.config.schema import ArtifactSpec, TrainJobConfig
 from scaleforge.data.ray_datasets import TrainingData, build_ray_datasets
 from scaleforge.train import run_training
-from scaleforge.train.hooks import Distillation
-
-
-@functools.lru_cache(maxsize=2)
-def _teacher(path: str) -> torch.nn.Module:
-    """The teacher, loaded once per Ray worker process (and verified by its checksum)."""
-    from scaleforge.artifacts import load_model
-
-    return load_model(path)
+from scaleforge.train.hooks import Distillation, TokenDistillation
+from scaleforge.train.hooks.distill import cached_teacher
 
 
 def _teacher_logits(batch: dict[str, np.ndarray], path: str) -> dict[str, np.ndarray]:
@@ -31,7 +25,7 @@ def _teacher_logits(batch: dict[str, np.ndarray], path: str) -> dict[str, np.nda
     torch.set_num_threads(1)
     with torch.inference_mode():
         inputs = torch.from_numpy(np.array(batch["x"], dtype=np.float32))  # Arrow buffers are read-only
-        batch["teacher_logits"] = _teacher(path)(inputs).float().numpy()
+        batch["teacher_logits"] = cached_teacher(path)(inputs).float().numpy()
     return batch
 
 
@@ -60,7 +54,10 @@ def distill(step: DistillStep, teacher: str | Path, cfg: CompressJobConfig, fold
                              run=cfg.run.model_copy(update={"name": None}), artifact=ArtifactSpec(dir=str(target)))
         return run_training(job, data=data, hooks=hooks).artifact
 
-    student = train(folder, with_teacher_logits(plain, teacher), Distillation(step.temperature, step.alpha))
+    if plain.info.tokens:
+        student = train(folder, plain, TokenDistillation(step.temperature, step.alpha, str(teacher)))
+    else:
+        student = train(folder, with_teacher_logits(plain, teacher), Distillation(step.temperature, step.alpha))
     baseline = None
     if step.compare_hard_labels:
         baseline = train(storage.with_suffix(folder, "-hard-labels"), plain)

@@ -1,7 +1,9 @@
 """Pre-flight of the compression job: the teacher loads and the recipe fits it, before Ray starts.
 
 The recipe is walked on a skeleton of the teacher as each step changes it, so a later step is
-checked against the student or the pruned shapes it will really see.
+checked against the student or the pruned shapes it will really see. A language model
+(``transformer_lm``) may be distilled, quantized (``int8_dynamic``, ``fp16``, ``bf16``) and exported;
+pruning and factorization, which fine-tune a classifier in memory, are refused for it.
 """
 
 import copy
@@ -14,10 +16,13 @@ from scaleforge.artifacts import ArtifactError, load_artifact
 from scaleforge.compress.prune import prune_structured
 from scaleforge.config.compress import CompressJobConfig
 from scaleforge.config.loader import ConfigError
-from scaleforge.data.preflight import check_files
+from scaleforge.data.preflight import check_data, check_files
 from scaleforge.models import build_model
 from scaleforge.models.surgery import default_layers, prunable_layers
 from scaleforge.storage import StorageError, check_fields, is_uri
+
+LANGUAGE_MODELS = ("transformer_lm",)
+"""Registry models that read token ids and predict the next token at every position."""
 
 
 def check_runnable(cfg: CompressJobConfig) -> None:
@@ -27,7 +32,10 @@ def check_runnable(cfg: CompressJobConfig) -> None:
     Raises:
         ConfigError: one line naming the field (``teacher``, ``recipe[i] (step)``, ``sweeps[i] (name)``).
     """
-    check_files(cfg.data)
+    if cfg.data.kind == "text":
+        check_data(cfg.data)
+    else:
+        check_files(cfg.data)
     check_fields({"teacher": cfg.teacher, "output": cfg.output})
     if not is_uri(cfg.teacher) and not Path(cfg.teacher).expanduser().is_dir():
         raise ConfigError(f"teacher: artifact folder {cfg.teacher!r} does not exist")
@@ -35,6 +43,7 @@ def check_runnable(cfg: CompressJobConfig) -> None:
         teacher = load_artifact(cfg.teacher)
     except (ArtifactError, StorageError) as err:
         raise ConfigError(f"teacher: {err}") from None
+    _check_data_fits(cfg, teacher.manifest["model"])
     check_recipe(cfg.recipe, teacher.model, teacher.manifest, "recipe")
     for index, sweep in enumerate(cfg.sweeps):
         for step in sweep.steps():
@@ -57,6 +66,9 @@ def check_recipe(steps: list, model: nn.Module, manifest: dict, where: str) -> N
     skeleton, spec, quantized, int8 = model, manifest["model"], bool(schemes), any(s.startswith("int8") for s in schemes)
     for index, step in enumerate(steps):
         label = f"{where}[{index}] ({step.step})"
+        if spec["name"] in LANGUAGE_MODELS and step.step in ("prune", "low_rank"):
+            raise ConfigError(f"{label}: does not apply to the language model {spec['name']!r}; its recipe may "
+                              "distill, quantize (int8_dynamic, fp16, bf16) and export")
         if quantized and step.step != "export":
             raise ConfigError(f"{label}: the model is already quantized; only export can follow quantize")
         if step.step == "distill":
@@ -87,6 +99,17 @@ def check_recipe(steps: list, model: nn.Module, manifest: dict, where: str) -> N
                 raise ConfigError(f"{label}: export must be the last step")
             if step.onnx and int8:
                 raise ConfigError(f"{label}: onnx export takes fp32 or half-precision models, not eager int8 modules")
+
+
+def _check_data_fits(cfg: CompressJobConfig, teacher: dict) -> None:
+    """A language model's teacher comes with its text (windows within its context), a classifier with arrays."""
+    name, language_model = teacher["name"], teacher["name"] in LANGUAGE_MODELS
+    if language_model != (cfg.data.kind == "text"):
+        raise ConfigError(f"data: the teacher is a language model ({name}) trained on text; set data.kind=text"
+                          if language_model else
+                          f"data: data.kind=text is for a language model teacher; the teacher is a {name}")
+    if language_model and cfg.data.seq_len > teacher["context"]:
+        raise ConfigError(f"data.seq_len ({cfg.data.seq_len}) is above the teacher's context ({teacher['context']})")
 
 
 def _check_layers(label: str, model: nn.Module, names: Optional[list[str]], kinds: tuple) -> None:

@@ -1,4 +1,8 @@
-"""``report.json``, ``report.md`` and PNG plots of a compression run, every model against the teacher."""
+"""``report.json``, ``report.md`` and PNG plots of a compression run, every model against the teacher.
+
+Every model is scored by one metric (``report["metric"]``): test accuracy for a classifier, or
+validation bits per byte for a language model, where lower is better; rows carry it under its name.
+"""
 
 import json
 from typing import Any
@@ -11,20 +15,27 @@ import matplotlib.pyplot as plt  # noqa: E402  (backend chosen first: jobs run h
 from scaleforge.compress.measure import StepRecord  # noqa: E402
 from scaleforge.storage import join, write_atomic  # noqa: E402
 
+# Per metric: its name in a table, the column of its change against the teacher, an axis label.
+_LABELS = {"accuracy": ("accuracy", "drop (pts)", "test accuracy"),
+           "bits_per_byte": ("bits/byte", "increase", "validation bits per byte (lower is better)")}
+
 
 def slim_sentence(report: dict[str, Any]) -> str:
-    """The recipe's result in one sentence: sizes, speed-up and accuracy against the teacher."""
+    """The recipe's result in one sentence: sizes, speed-up and quality against the teacher."""
     teacher, slim = report["teacher"], report["recipe"][-1]
-    vs = slim["vs_teacher"]
+    vs, metric = slim["vs_teacher"], report.get("metric", "accuracy")
+    batch = max(vs["speedup"], key=int)
+    quality = (f"accuracy {slim['accuracy']:.4f} against {teacher['accuracy']:.4f}" if metric == "accuracy" else
+               f"validation bits/byte {slim[metric]:.3f} against {teacher[metric]:.3f}")
     return (f"{slim['parameters']:,} weights, {slim['bytes']:,} bytes against the teacher's {teacher['bytes']:,} "
-            f"({vs['smaller']:.1f}x smaller), {vs['speedup'].get('64', float('nan')):.1f}x faster at batch 64, "
-            f"accuracy {slim['accuracy']:.4f} against {teacher['accuracy']:.4f}")
+            f"({vs['smaller']:.1f}x smaller), {vs['speedup'][batch]:.1f}x faster at batch {batch}, {quality}")
 
 
 def write_report(out: str, measured: dict[str, Any], cfg, wall_s: float) -> dict[str, Any]:
     """Write the three outputs into ``out`` (a folder or a URI) and return the JSON report."""
     teacher: StepRecord = measured["teacher"]
     report = {
+        "metric": teacher.metric,
         "teacher": _row(teacher, teacher),
         "recipe": [_row(record, teacher) for record in measured["recipe"]],
         "sweeps": {name: [_row(record, teacher) for record in records] for name, records in measured["sweeps"].items()},
@@ -34,16 +45,25 @@ def write_report(out: str, measured: dict[str, Any], cfg, wall_s: float) -> dict
     }
     write_atomic(join(out, "report.json"), json.dumps(report, indent=2) + "\n")
     write_atomic(join(out, "report.md"), _markdown(report))
-    _plot_sparsity(report, join(out, "accuracy_vs_sparsity.png"))
-    _plot_tradeoffs(report, join(out, "accuracy_vs_size_latency.png"))
+    if report["metric"] == "accuracy":  # a language model is not pruned: no sparsity to plot
+        _plot_sparsity(report, join(out, "accuracy_vs_sparsity.png"))
+    _plot_tradeoffs(report, join(out, _tradeoff_plot(report["metric"])))
     return report
+
+
+def _tradeoff_plot(metric: str) -> str:
+    return f"{metric}_vs_size_latency.png"
 
 
 def _row(record: StepRecord, teacher: StepRecord) -> dict[str, Any]:
     row = record.as_dict()
+    if record.metric == "accuracy":
+        quality = {"accuracy_drop_points": round((teacher.score - record.score) * 100, 3),
+                   "accuracy_retained": record.score / teacher.score}
+    else:
+        quality = {f"{record.metric}_increase": record.score - teacher.score}
     row["vs_teacher"] = {
-        "accuracy_drop_points": round((teacher.accuracy - record.accuracy) * 100, 3),
-        "accuracy_retained": record.accuracy / teacher.accuracy,
+        **quality,
         "fewer_parameters": teacher.parameters / record.parameters,
         "smaller": teacher.bytes / record.bytes,
         "speedup": {str(batch): teacher.latency_ms[batch] / ms for batch, ms in record.latency_ms.items()},
@@ -52,27 +72,31 @@ def _row(record: StepRecord, teacher: StepRecord) -> dict[str, Any]:
 
 
 def _markdown(report: dict[str, Any]) -> str:
-    batches = list(report["teacher"]["latency_ms"])
-    header = ("| model | step | accuracy | drop (pts) | weights | bytes | smaller | "
+    batches, metric = list(report["teacher"]["latency_ms"]), report["metric"]
+    name, change, _ = _LABELS[metric]
+    header = (f"| model | step | {name} | {change} | weights | bytes | smaller | "
               + " | ".join(f"ms @ {b} | speed-up @ {b}" for b in batches) + " | details |")
     rule = "|" + "---|" * (header.count("|") - 1)
     lines = ["# Compression report", "",
              f"Teacher: `{report['teacher']['artifact']}`. Latency: median of {report['measure']['repeats']} "
              f"forward passes on CPU, torch.set_num_threads({report['torch_threads']}), every model in the same process. "
              f"Wall-clock {report['wall_s']:.0f} s.", "", "## Recipe", "", header, rule]
-    lines += [_md_row(row, batches) for row in [report["teacher"], *report["recipe"]]]
-    for name, rows in report["sweeps"].items():
-        lines += ["", f"## Sweep: {name}", "", header, rule, *[_md_row(row, batches) for row in rows]]
-    lines += ["", "![accuracy vs sparsity](accuracy_vs_sparsity.png)", "",
-              "![accuracy vs size and latency](accuracy_vs_size_latency.png)", ""]
+    lines += [_md_row(row, batches, metric) for row in [report["teacher"], *report["recipe"]]]
+    for sweep, rows in report["sweeps"].items():
+        lines += ["", f"## Sweep: {sweep}", "", header, rule, *[_md_row(row, batches, metric) for row in rows]]
+    if metric == "accuracy":
+        lines += ["", "![accuracy vs sparsity](accuracy_vs_sparsity.png)"]
+    lines += ["", f"![{name} vs size and latency]({_tradeoff_plot(metric)})", ""]
     return "\n".join(lines)
 
 
-def _md_row(row: dict[str, Any], batches: list[str]) -> str:
+def _md_row(row: dict[str, Any], batches: list[str], metric: str) -> str:
     vs = row["vs_teacher"]
     timing = " | ".join(f"{row['latency_ms'][b]:.2f} | {vs['speedup'][b]:.2f}x" for b in batches)
     details = ", ".join(f"{k}={v}" for k, v in row["details"].items() if k != "widths")
-    return (f"| {row['name']} | {row['step']} | {row['accuracy']:.4f} | {vs['accuracy_drop_points']:.2f} | "
+    quality = (f"{row['accuracy']:.4f} | {vs['accuracy_drop_points']:.2f}" if metric == "accuracy" else
+               f"{row[metric]:.3f} | {vs[f'{metric}_increase']:+.3f}")
+    return (f"| {row['name']} | {row['step']} | {quality} | "
             f"{row['parameters']:,} | {row['bytes']:,} | {vs['smaller']:.1f}x | {timing} | {details} |")
 
 
@@ -92,14 +116,14 @@ def _plot_sparsity(report: dict[str, Any], path: str) -> None:
 
 def _plot_tradeoffs(report: dict[str, Any], path: str) -> None:
     rows = [report["teacher"], *report["recipe"], *[row for rows in report["sweeps"].values() for row in rows]]
-    batch = list(report["teacher"]["latency_ms"])[-1]
+    batch, metric = list(report["teacher"]["latency_ms"])[-1], report["metric"]
     figure, axes = plt.subplots(1, 2, figsize=(12, 5))
     for axis, key, label in ((axes[0], "bytes", "bytes on disk"), (axes[1], "latency", f"CPU latency at batch {batch} (ms)")):
         for row in rows:
             x = row["bytes"] if key == "bytes" else row["latency_ms"][batch]
-            axis.scatter(x, row["accuracy"], s=20)
-            axis.annotate(row["name"], (x, row["accuracy"]), fontsize=6)
-        axis.set(xscale="log", xlabel=label, ylabel="test accuracy")
+            axis.scatter(x, row[metric], s=20)
+            axis.annotate(row["name"], (x, row[metric]), fontsize=6)
+        axis.set(xscale="log", xlabel=label, ylabel=_LABELS[metric][2])
     figure.suptitle("Every model of the run against the teacher")
     _save_figure(figure, path)
 

@@ -2,9 +2,9 @@
 
 Every model that is reported is measured the same way, in the driver, one after another: loaded
 from its artifact through ``scaleforge.artifacts.load_model`` (the loader serving uses), then
-accuracy on the test split, bytes on disk and CPU latency with the same thread count. Ratios
-against the teacher come from the same run, so the noise of a shared machine cancels as far
-as it can.
+its quality on the held-out split (a classifier's accuracy, a language model's bits per byte),
+bytes on disk and CPU latency with the same thread count. Ratios against the teacher come from
+the same run, so the noise of a shared machine cancels as far as it can.
 """
 
 import logging
@@ -12,7 +12,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import ray
 import torch
@@ -20,17 +20,18 @@ from pydantic import TypeAdapter
 
 from scaleforge import storage
 from scaleforge.artifacts import load_artifact, load_model, read_manifest, save_artifact
+from scaleforge.compress.data import CompressionData, load_compression_data
 from scaleforge.compress.distill import distill
-from scaleforge.compress.finetune import accuracy
-from scaleforge.compress.measure import StepRecord, folder_bytes, latency_table
+from scaleforge.compress.measure import StepRecord, example_input, folder_bytes, latency_table
 from scaleforge.config.compress import CompressJobConfig, Step
+from scaleforge.config.data import TrainDataSpec
 from scaleforge.compress.report import slim_sentence, write_report
 from scaleforge.compress.steps import ModelState, apply_step
-from scaleforge.data import DataSpec, load_arrays, localized
+from scaleforge.data import localized
 from scaleforge.models import MODEL_SPEC
 from scaleforge.runtime import ensure_ray
 
-_STEP = TypeAdapter(Step)
+_STEP, _DATA = TypeAdapter(Step), TypeAdapter(TrainDataSpec)
 _log = logging.getLogger(__name__)
 
 
@@ -59,18 +60,18 @@ def run_compression(cfg: CompressJobConfig) -> CompressionResult:
     torch.set_num_threads(cfg.measure.threads)
     out, teacher_path = storage.normalize(cfg.output), storage.normalize(cfg.teacher)
     teacher = load_artifact(teacher_path)
-    arrays = load_arrays(cfg.data)
-    if teacher.manifest.get("dataset", {}).get("fingerprint") not in (None, arrays.fingerprint):
+    data = load_compression_data(cfg.data)
+    if teacher.manifest.get("dataset", {}).get("fingerprint") not in (None, data.fingerprint):
         raise ValueError(f"data: {cfg.data.source} differs from the data the teacher was trained on "
                          f"(fingerprint {teacher.manifest['dataset']['fingerprint'][:19]}...)")
     ensure_ray(min_cpus=cfg.scaling.num_workers * cfg.scaling.resources_per_worker.get("CPU", 1) + 2)
-    chain = _run_recipe(cfg, teacher, arrays, storage.join(out, "steps"))
+    chain = _run_recipe(cfg, teacher, data, storage.join(out, "steps"))
     # After the recipe: Ray Train's workers for distillation would otherwise queue behind sweep tasks.
     sweeps = _gather_sweeps(_launch_sweeps(cfg, teacher_path, storage.join(out, "sweeps")))
 
     entries = [("teacher", "teacher", teacher_path, {}), *chain]
     entries += [point for points in sweeps.values() for point in points]
-    records = _measure(entries, arrays, cfg)
+    records = _measure(entries, data, cfg)
     measured = {"teacher": records[0], "recipe": records[1:len(chain) + 1], "sweeps": {}}
     remaining = iter(records[len(chain) + 1:])
     for name, points in sweeps.items():
@@ -80,7 +81,8 @@ def run_compression(cfg: CompressJobConfig) -> CompressionResult:
     return CompressionResult(final, report, out, time.perf_counter() - started)
 
 
-def _run_recipe(cfg: CompressJobConfig, teacher, arrays, folder: str) -> list[tuple[str, str, str, dict]]:
+def _run_recipe(cfg: CompressJobConfig, teacher, data: CompressionData,
+                folder: str) -> list[tuple[str, str, str, dict]]:
     """Each recipe step starts from the previous step's model; every step's output is an artifact."""
     state = ModelState(teacher.model, MODEL_SPEC.validate_python(teacher.manifest["model"]),
                        list(teacher.manifest.get("architecture", [])))
@@ -101,13 +103,13 @@ def _run_recipe(cfg: CompressJobConfig, teacher, arrays, folder: str) -> list[tu
             current = trained["student"]
             continue
         if step.step == "export":
-            current = _save(target, state, teacher.manifest, arrays, {"step": "export"})
+            current = _save(target, state, teacher.manifest, data, {"step": "export"})
             if step.onnx:
-                export_onnx(state.model, storage.join(target, "model.onnx"), arrays.info.input_dim)
+                export_onnx(state.model, storage.join(target, "model.onnx"), data.info.input_dim, data.vocab)
             chain.append((name, "export", current, {"onnx": step.onnx}))
             continue
-        state, details = apply_step(step, state, arrays)
-        current = _save(target, state, teacher.manifest, arrays, {"step": step.model_dump(mode="json"), **details})
+        state, details = apply_step(step, state, data)
+        current = _save(target, state, teacher.manifest, data, {"step": step.model_dump(mode="json"), **details})
         chain.append((name, step.step, current, details))
     return chain
 
@@ -117,11 +119,11 @@ def _sweep_point(step_json: dict, teacher_path: str, data_json: dict, target: st
     """One sweep setting, in its own Ray task: the step applied to the teacher, saved as an artifact."""
     torch.set_num_threads(1)
     step, teacher = _STEP.validate_python(step_json), load_artifact(teacher_path)
-    arrays = load_arrays(DataSpec(**data_json))
+    data = load_compression_data(_DATA.validate_python(data_json))
     state = ModelState(teacher.model, MODEL_SPEC.validate_python(teacher.manifest["model"]),
                        list(teacher.manifest.get("architecture", [])))
-    state, details = apply_step(step, state, arrays)
-    _save(target, state, teacher.manifest, arrays, {"step": step_json, **details})
+    state, details = apply_step(step, state, data)
+    _save(target, state, teacher.manifest, data, {"step": step_json, **details})
     return details
 
 
@@ -149,24 +151,29 @@ def _gather_sweeps(tasks: dict[str, list]) -> dict[str, list]:
     return results
 
 
-def _measure(entries: list[tuple[str, str, str, dict]], arrays, cfg: CompressJobConfig) -> list[StepRecord]:
+def _measure(entries: list[tuple[str, str, str, dict]], data: CompressionData,
+             cfg: CompressJobConfig) -> list[StepRecord]:
     """Every model loaded through the serving loader, then timed side by side (round-robin)."""
     models = {name: load_model(path) for name, _, path, _ in entries}
-    latency = latency_table(models, arrays.info.input_dim, cfg.measure.batch_sizes, cfg.measure.repeats,
-                            cfg.measure.threads)
+    latency = latency_table(models, data.info.input_dim, cfg.measure.batch_sizes, cfg.measure.repeats,
+                            cfg.measure.threads, vocab=data.vocab)
     return [StepRecord(name=name, step=step, artifact=str(path), parameters=read_manifest(path)["parameters"],
-                       bytes=folder_bytes(path), accuracy=accuracy(models[name], arrays.x_test, arrays.y_test),
+                       bytes=folder_bytes(path), metric=data.metric, score=data.score(models[name]),
                        latency_ms=latency[name], details=details)
             for name, step, path, details in entries]
 
 
-def _save(target: str, state: ModelState, teacher_manifest: dict, arrays, compression: dict) -> Path:
+def _save(target: str, state: ModelState, teacher_manifest: dict, data: CompressionData, compression: dict) -> Path:
     return save_artifact(
-        target, state.model, state.spec, input_dim=arrays.info.input_dim, num_classes=arrays.info.num_classes,
-        metrics={"test_accuracy": accuracy(state.model, arrays.x_test, arrays.y_test)},
-        dataset=teacher_manifest.get("dataset"), architecture=state.edits or None,
-        extra={"compression": compression},
+        target, state.model, state.spec, input_dim=data.info.input_dim, num_classes=data.info.num_classes,
+        metrics=data.metrics(state.model), dataset=teacher_manifest.get("dataset"),
+        architecture=state.edits or None, extra={"compression": compression, **_tokenizer(teacher_manifest)},
     )
+
+
+def _tokenizer(manifest: dict) -> dict:
+    """A language model's tokenizer entry, carried from artifact to artifact as the trainer writes it."""
+    return {"tokenizer": manifest["tokenizer"]} if "tokenizer" in manifest else {}
 
 
 def _save_slim_model(target: str, source: str):
@@ -177,13 +184,15 @@ def _save_slim_model(target: str, source: str):
                          input_dim=manifest["input_dim"], num_classes=manifest["num_classes"],
                          metrics=manifest["metrics"], dataset=manifest["dataset"],
                          architecture=manifest.get("architecture"),
-                         extra={"compression": manifest.get("compression", {}), "source": str(source)})
+                         extra={"compression": manifest.get("compression", {}), "source": str(source),
+                                **_tokenizer(manifest)})
 
 
-def export_onnx(model: torch.nn.Module, path: str, input_dim: int) -> None:
-    """``model`` as ONNX (dynamic batch) for edge runtimes such as onnxruntime, at a path or a URI."""
+def export_onnx(model: torch.nn.Module, path: str, input_dim: int, vocab: Optional[int] = None) -> None:
+    """``model`` as ONNX (dynamic batch) for edge runtimes such as onnxruntime, at a path or a URI;
+    with ``vocab``, a language model taking windows of ``input_dim`` token ids."""
     with tempfile.TemporaryDirectory(prefix="scaleforge-onnx-") as staging:
         local = Path(staging) / "model.onnx"
-        torch.onnx.export(model.eval(), (torch.zeros(1, input_dim),), str(local), input_names=["x"],
+        torch.onnx.export(model.eval(), (example_input(1, input_dim, vocab),), str(local), input_names=["x"],
                           output_names=["logits"], dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}}, dynamo=False)
         storage.upload(local, path)

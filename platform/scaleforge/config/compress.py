@@ -1,16 +1,17 @@
 """Schema of the compression job (``jobs.compress``): the teacher, an ordered recipe, sweeps.
 
 The schema checks what the fields alone decide: unknown steps and fields, sparsity outside
-[0, 1), one rank rule per low-rank step, sweepable parameters. Whether the recipe fits the
-teacher (layer names, ranks, the shapes each step leaves behind) needs the teacher's artifact
-and is :func:`scaleforge.compress.preflight.check_runnable`'s, before Ray starts.
+[0, 1), one rank rule per low-rank step, sweepable parameters, a language model's student on
+text. Whether the recipe fits the teacher (layer names, ranks, the shapes each step leaves
+behind, steps that do not apply to a language model) needs the teacher's artifact and is
+:func:`scaleforge.compress.preflight.check_runnable`'s, before Ray starts.
 """
 
 from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from scaleforge.config.data import DataSpec
+from scaleforge.config.data import DataSpec, TrainDataSpec
 from scaleforge.config.models import ModelSpec
 from scaleforge.config.schema import OptimSpec, RunSpec, ScalingSpec
 from scaleforge.config.storage_root import storage_layout
@@ -36,7 +37,8 @@ class DistillStep(_Section):
 
     step: Literal["distill"]
     student: ModelSpec
-    """The student architecture (any registry model)."""
+    """The student architecture (any registry model; a ``transformer_lm`` for a language model on text,
+    trained on the teacher's next-token distribution at every position)."""
     temperature: PositiveFloat = 4.0
     """Softmax temperature of both teacher and student in the soft-target term (Hinton: 2.5-4 for small students)."""
     alpha: float = Field(default=0.7, ge=0.0, le=1.0)
@@ -150,8 +152,9 @@ class CompressJobConfig(_Section):
     ``output`` to ``{storage}/artifacts/compressed`` and ``run.storage_path`` to ``{storage}/runs``."""
     teacher: str = "~/scaleforge/artifacts/teacher"
     """Artifact (folder or URI) of the model to compress (its sha256 is verified before anything runs)."""
-    data: DataSpec = Field(default_factory=DataSpec)
-    """The data the teacher was trained on (fine-tuning, calibration, distillation, evaluation)."""
+    data: TrainDataSpec = Field(default_factory=DataSpec)
+    """The data the teacher was trained on (fine-tuning, calibration, distillation, evaluation): arrays,
+    scored by test accuracy, or (``kind: text``, a language model) text, scored by validation bits per byte."""
     recipe: list[Step] = Field(min_length=1)
     """Ordered steps; each starts from the previous step's model."""
     sweeps: list[SweepSpec] = Field(default_factory=list)
@@ -169,6 +172,16 @@ class CompressJobConfig(_Section):
 
     @model_validator(mode="after")
     def _in_memory_data(self) -> "CompressJobConfig":
-        if not (self.data.is_mnist1d or self.data.suffix == ".npz"):
+        if not (self.data.kind == "text" or self.data.is_mnist1d or self.data.suffix == ".npz"):
             raise ValueError("data.source: compression fine-tunes and calibrates in memory; use mnist1d or a .npz file")
+        return self
+
+    @model_validator(mode="after")
+    def _students_fit_the_data(self) -> "CompressJobConfig":
+        text = self.data.kind == "text"
+        for index, step in enumerate(self.recipe):
+            if step.step == "distill" and text != (step.student.name == "transformer_lm"):
+                problem = (f"text (data.kind=text) distills into a transformer_lm, not {step.student.name}" if text
+                           else "a transformer_lm learns from text; set data.kind=text")
+                raise ValueError(f"recipe[{index}] (distill): student: {problem}")
         return self

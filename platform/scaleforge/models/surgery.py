@@ -107,7 +107,8 @@ def quantize(model: nn.Module, scheme: str, calibrate: Callable[[nn.Module], Non
 
 
 class HalfPrecision(nn.Module):
-    """A model cast to fp16/bf16 that takes and returns float32 (for GPU serving)."""
+    """A model cast to fp16/bf16 that takes and returns float32 (for GPU serving); a language model's
+    token ids go in as they are."""
 
     def __init__(self, module: nn.Module, dtype: torch.dtype):
         super().__init__()
@@ -115,7 +116,7 @@ class HalfPrecision(nn.Module):
         self.dtype = dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.module(x.to(self.dtype)).float()
+        return self.module(x.to(self.dtype) if x.is_floating_point() else x).float()
 
 
 def apply_edits(model: nn.Module, edits: list[Edit], input_dim: int) -> nn.Module:

@@ -7,7 +7,7 @@ picklable (plain fields, no open handles).
 """
 
 from scaleforge.train.hooks.base import Hooks, TrainHook, WorkerContext
-from scaleforge.train.hooks.distill import Distillation, distillation_loss
+from scaleforge.train.hooks.distill import Distillation, TokenDistillation, distillation_loss
 from scaleforge.train.hooks.expert_load import ExpertLoad
 from scaleforge.train.hooks.fault import KillWorker
 from scaleforge.train.hooks.moe_parts import ExportMoEParts
@@ -23,5 +23,5 @@ def default_hooks(cfg) -> list[TrainHook]:
     return hooks
 
 
-__all__ = ["Distillation", "ExpertLoad", "ExportMoEParts", "Hooks", "KillWorker", "TrainHook", "WorkerContext",
-           "default_hooks", "distillation_loss"]
+__all__ = ["Distillation", "ExpertLoad", "ExportMoEParts", "Hooks", "KillWorker", "TokenDistillation", "TrainHook",
+           "WorkerContext", "default_hooks", "distillation_loss"]

@@ -1,11 +1,13 @@
 """Knowledge distillation as a hook: the student learns from the teacher's logits as well as the labels."""
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from scaleforge.artifacts import load_model
 from scaleforge.distributed.dims import ParallelDims
 from scaleforge.distributed.strategy import Batch
 from scaleforge.train.hooks.base import TrainHook
@@ -20,6 +22,12 @@ def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor
     soft = F.kl_div(F.log_softmax(student_logits / temperature, dim=1), F.log_softmax(teacher_logits / temperature, dim=1),
                     reduction="batchmean", log_target=True)
     return alpha * temperature ** 2 * soft + (1.0 - alpha) * F.cross_entropy(student_logits, labels)
+
+
+@functools.lru_cache(maxsize=2)
+def cached_teacher(path: str) -> torch.nn.Module:
+    """The teacher, loaded once per process (a Ray worker's) and verified by its checksum."""
+    return load_model(path)
 
 
 @dataclass
@@ -39,3 +47,24 @@ class Distillation(TrainHook):
 
     def export(self, artifact_dir, model, spec, **shapes) -> dict[str, Any]:
         return {"training": {"distill": {"temperature": self.temperature, "alpha": self.alpha}}}
+
+
+@dataclass
+class TokenDistillation(Distillation):
+    """A language model's distillation over every token position, the teacher run on each batch.
+
+    A teacher's token distribution is 256 floats per token, a thousand times the text it predicts,
+    so it is not precomputed as a column: each worker loads the teacher (an artifact path or URI)
+    once and runs it on the batch's tokens, without gradients, inside the training step.
+    """
+
+    teacher: str
+    """The teacher's artifact (folder or URI)."""
+    columns = {}
+
+    def task_loss(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+        # no_grad, not inference_mode: the KL term's backward keeps the teacher's log-probabilities.
+        with torch.no_grad():
+            teacher_logits = cached_teacher(self.teacher)(batch.x)
+        return distillation_loss(logits.flatten(0, -2), teacher_logits.flatten(0, -2), batch.y.flatten(),
+                                 self.temperature, self.alpha)
