@@ -21,6 +21,7 @@ On ``configs/train_lm_small.yaml``'s model and bytes (the standard library's sou
 Prints each bar with met/missed; exit status 1 if one was missed.
 """
 
+import argparse
 import json
 import subprocess
 import sys
@@ -134,65 +135,79 @@ def plain(mode: str, tmp: Path, *args: str) -> tuple[dict, float]:
     return json.loads(out.read_text()), began
 
 
-def main(sizes: Sizes) -> int:
-    rows, cut = [], sizes.cut
-    with tempfile.TemporaryDirectory(prefix="scaleforge-bench-lm-") as folder, redirect_stdout(sys.stderr):
-        tmp = Path(folder)
-        cfg = job(tmp, "lm_small", *cut)
-        corpus = load_corpus(cfg.data.source, cfg.data.validation_fraction, cfg.data.column)
-        validation = corpus.read("validation")[:cfg.data.max_validation_bytes]
-        gzip, xz = (compressed_bits_per_byte(validation, name) for name in ("gzip -9", "xz -9e"))
-
-        began = time.perf_counter()
-        ensure_ray(min_cpus=8)  # the 4-worker layouts below; the quality run uses 2 workers
-        ours = run_training(cfg)
-        ray_wall = time.perf_counter() - began
-        single, _ = plain("single", tmp, "--seconds", f"{ray_wall:.1f}", "--threads", "2",
-                          *(f"--set={override}" for override in cut))
-
-        ddp, ddp_launched = plain("ddp", tmp, "--steps", str(sizes.steps), "--warmup", str(sizes.warmup))
-        ray_steady, ray_startup = timed(short_job(tmp, "throughput", 2, sizes.steps), sizes.warmup)
-
-        layouts = {name: timed(short_job(tmp, name.split()[0], workers, sizes.layout_steps, *overrides),
-                               sizes.layout_warmup)[0] for name, (workers, overrides) in LAYOUTS.items()}
-
+def quality(tmp: Path, sizes: Sizes) -> list:
+    """The shipped config on Ray Train against one plain process given its wall-clock, and the compressors."""
+    cfg = job(tmp, "lm_small", *sizes.cut)
+    corpus = load_corpus(cfg.data.source, cfg.data.validation_fraction, cfg.data.column)
+    validation = corpus.read("validation")[:cfg.data.max_validation_bytes]
+    gzip, xz = (compressed_bits_per_byte(validation, name) for name in ("gzip -9", "xz -9e"))
+    began = time.perf_counter()
+    ensure_ray(min_cpus=8)  # the 4-worker layouts; this run uses 2 workers
+    ours = run_training(cfg)
+    ray_wall = time.perf_counter() - began
+    single, _ = plain("single", tmp, "--seconds", f"{ray_wall:.1f}", "--threads", "2",
+                      *(f"--set={override}" for override in sizes.cut))
     bits = ours.metrics["bits_per_byte"]
     print(f"validation: {len(validation):,} bytes of {cfg.data.source} ({corpus.fingerprint()[:19]}...); "
-          f"gzip -9 {gzip:.3f}, xz -9e {xz:.3f} bits/byte")
+          f"gzip -9 {gzip:.3f}, xz -9e {xz:.3f} bits/byte", file=OUT)
     print(f"quality, {ray_wall / 60:.1f} min each: Ray Train dp=2 {bits:.3f} bits/byte at "
           f"{ours.metrics['tokens_per_s']:,.0f} tokens/s; one plain PyTorch process ({single['threads']} threads) "
           f"{single['bits_per_byte']:.3f} at {single['tokens_per_s']:,.0f} tokens/s ({single['steps']:,} steps); "
-          f"{bits - xz:+.3f} bits/byte from xz -9e")
-    print(f"throughput, {sizes.steps} steps of 2 x {cfg.optim.batch_size} x {cfg.data.seq_len} tokens, steady after {sizes.warmup}:")
-    print(f"  torchrun DDP {ddp['tokens_per_s']:,.0f} tokens/s (start-up {ddp['startup_s']:.1f} s in-process, "
-          f"{ddp['warm_at'] - ddp_launched:.1f} s from launch); Ray Train {ray_steady['steady_tokens_per_s']:,.0f} "
-          f"tokens/s (start-up {ray_startup:.1f} s from the call)")
-    print(f"  peak RSS per worker: torchrun {_mib(ddp['rss_mib_per_rank'])}; Ray Train {_mib(ray_steady['rss_mib_per_worker'])}")
-    print_layouts(layouts, sizes)
-    print()
+          f"{bits - xz:+.3f} bits/byte from xz -9e", file=OUT)
+    return [("bits/byte, train_lm_small.yaml (dp=2)", f"{bits:.3f} in {ray_wall / 60:.1f} min",
+             f"<= gzip -9 {gzip:.3f}, < 15 min", bits <= gzip and ray_wall < 900),
+            ("bits/byte against one plain process, same wall-clock", f"{bits:.3f} vs {single['bits_per_byte']:.3f}",
+             "<= plain", bits <= single["bits_per_byte"])]
 
-    ratio = ray_steady["steady_tokens_per_s"] / ddp["tokens_per_s"]
-    rows += [
-        ("bits/byte, train_lm_small.yaml (dp=2)", f"{bits:.3f} in {ray_wall / 60:.1f} min",
-         f"<= gzip -9 {gzip:.3f}, < 15 min", bits <= gzip and ray_wall < 900),
-        ("bits/byte against one plain process, same wall-clock", f"{bits:.3f} vs {single['bits_per_byte']:.3f}",
-         "<= plain", bits <= single["bits_per_byte"]),
-        ("steady tokens/s, Ray Train / torchrun DDP", f"{ratio:.2f}", ">= 0.90", ratio >= 0.9),
-    ]
+
+def throughput(tmp: Path, sizes: Sizes) -> list:
+    """torchrun DDP against Ray Train, the same steps of the same model on the same two workers."""
+    cfg = job(tmp, "lm_small")
+    ddp, ddp_launched = plain("ddp", tmp, "--steps", str(sizes.steps), "--warmup", str(sizes.warmup))
+    ensure_ray(min_cpus=8)
+    ours, startup = timed(short_job(tmp, "throughput", 2, sizes.steps), sizes.warmup)
+    print(f"throughput, {sizes.steps} steps of 2 x {cfg.optim.batch_size} x {cfg.data.seq_len} tokens, steady after "
+          f"{sizes.warmup}:\n  torchrun DDP {ddp['tokens_per_s']:,.0f} tokens/s (start-up {ddp['warm_at'] - ddp_launched:.1f} s "
+          f"from launch); Ray Train {ours['steady_tokens_per_s']:,.0f} tokens/s (start-up {startup:.1f} s from the call)\n"
+          f"  peak RSS per worker: torchrun {_mib(ddp['rss_mib_per_rank'])}; Ray Train {_mib(ours['rss_mib_per_worker'])}",
+          file=OUT)
+    ratio = ours["steady_tokens_per_s"] / ddp["tokens_per_s"]
+    return [("steady tokens/s, Ray Train / torchrun DDP", f"{ratio:.2f}", ">= 0.90", ratio >= 0.9)]
+
+
+def layouts(tmp: Path, sizes: Sizes) -> list:
+    """Every layout on the same model: tokens/s and memory per worker (a table, no bar)."""
+    ensure_ray(min_cpus=8)
+    print_layouts({name: timed(short_job(tmp, name.split()[0], workers, sizes.layout_steps, *overrides),
+                               sizes.layout_warmup)[0] for name, (workers, overrides) in LAYOUTS.items()}, sizes)
+    return []
+
+
+PARTS = {"quality": quality, "throughput": throughput, "layouts": layouts}
+OUT = sys.stdout
+"""The tables and bars; the jobs' own progress goes to stderr (``make bench`` keeps stdout)."""
+
+
+def main(sizes: Sizes, parts: list[str]) -> int:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="scaleforge-bench-lm-") as folder, redirect_stdout(sys.stderr):
+        for part in parts:
+            rows += PARTS[part](Path(folder), sizes)
+    print()
     return print_bars(rows, "target")
 
 
 def print_layouts(layouts: dict[str, dict], sizes: Sizes) -> None:
     print(f"\nlayouts ({sizes.layout_steps} steps, steady after {sizes.layout_warmup}). params: parameter MiB each worker "
           f"holds; state: parameters + gradients + AdamW moments, as the split strategies measure it, else 4x the "
-          f"worker's parameters (AdamW); one process holds {4 * layouts['dp=2']['param_mib_per_worker'][0]:.2f} MiB of state:")
-    print(f"{'layout':24s} {'tokens/s':>9s} {'params/worker':>23s} {'state/worker':>23s} {'peak RSS/worker':>19s}")
+          f"worker's parameters (AdamW); one process holds {4 * layouts['dp=2']['param_mib_per_worker'][0]:.2f} MiB of state:", file=OUT)
+    print(f"{'layout':24s} {'tokens/s':>9s} {'params/worker':>23s} {'state/worker':>23s} {'peak RSS/worker':>19s}", file=OUT)
     for name, metrics in layouts.items():
         params = metrics["param_mib_per_worker"]
         state = [_state(r) for r in metrics["memory_per_worker"]] if "memory_per_worker" in metrics \
             else [4 * p for p in params]
         print(f"{name:24s} {metrics['steady_tokens_per_s']:9,.0f} {_mib(params, 2):>23s} {_mib(state, 2):>23s} "
-              f"{_mib(metrics['rss_mib_per_worker']):>19s}")
+              f"{_mib(metrics['rss_mib_per_worker']):>19s}", file=OUT)
 
 
 def _state(report: dict) -> float:
@@ -204,4 +219,8 @@ def _mib(values, decimals: int = 0) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main(QUICK if "--quick" in sys.argv[1:] else Sizes()))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="every part on a slice of the bytes (bars say nothing)")
+    parser.add_argument("--part", action="append", choices=list(PARTS), help="run only this part (repeatable)")
+    args = parser.parse_args()
+    sys.exit(main(QUICK if args.quick else Sizes(), args.part or list(PARTS)))
