@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
 
 from bars import print_bars  # noqa: E402
+from lm_plain import peak_rss_mib  # noqa: E402
 
 from scaleforge.config import TrainJobConfig, load_config  # noqa: E402
 from scaleforge.distributed.memory import local_bytes  # noqa: E402
@@ -95,11 +96,6 @@ class Meter(TrainHook):
         dist.all_gather_object(gathered, mine)
         return {"steady_tokens_per_s": steady, "warm_at": self.warm_at, "rss_mib_per_worker": [g[0] for g in gathered],
                 "param_mib_per_worker": [g[1] for g in gathered]}
-
-
-def peak_rss_mib() -> float:
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) / 1024
 
 
 def job(tmp: Path, name: str, *overrides: str) -> TrainJobConfig:

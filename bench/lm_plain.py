@@ -30,6 +30,7 @@ sys.path[:0] = [str(ROOT / "platform")]
 
 from scaleforge.config import TrainJobConfig, load_config  # noqa: E402
 from scaleforge.models import build_model  # noqa: E402
+from scaleforge.quickfit import bits_per_byte  # noqa: E402
 from scaleforge.text.dataset import read_text  # noqa: E402
 from scaleforge.text.tokenizer import ByteTokenizer  # noqa: E402
 
@@ -58,16 +59,6 @@ def step(model, optimizer, x, y, clip: float) -> float:
     return loss.item()
 
 
-@torch.no_grad()
-def bits_per_byte(model, data: TensorDataset) -> float:
-    model.eval()
-    nats = count = 0.0
-    for x, y in DataLoader(data, batch_size=256):
-        nats += F.cross_entropy(model(x).flatten(0, 1), y.flatten(), reduction="sum").item()
-        count += y.numel()
-    return nats / count / math.log(2)
-
-
 def single(args) -> dict:
     """Train for ``args.seconds`` of wall-clock (from process start), then score the validation split."""
     torch.set_num_threads(args.threads)
@@ -91,7 +82,9 @@ def single(args) -> dict:
             steps, tokens = steps + 1, tokens + y.numel()
         epoch += 1
     trained_s = time.perf_counter() - began
-    return {"bits_per_byte": bits_per_byte(model, data["validation"]), "steps": steps, "tokens": tokens,
+    with torch.no_grad():  # scored as the compression job scores a language model
+        bits = bits_per_byte(model, *(t.numpy() for t in data["validation"].tensors), batch_size=256)
+    return {"bits_per_byte": bits, "steps": steps, "tokens": tokens,
             "train_s": trained_s, "tokens_per_s": tokens / trained_s, "threads": args.threads,
             "total_s": time.perf_counter() - STARTED}
 
@@ -123,7 +116,7 @@ def ddp(args) -> dict:
     dist.barrier()
     result = {"tokens_per_s": timed_tokens / (times[-1] - times[args.warmup - 1]), "steps": args.steps,
               "warmup": args.warmup, "world": world, "startup_s": times[args.warmup - 1] - STARTED, "warm_at": warm_at,
-              "rss_mib": _rss_mib()}
+              "rss_mib": peak_rss_mib()}
     rss = [None] * world
     dist.all_gather_object(rss, result["rss_mib"])
     result["rss_mib_per_rank"] = rss
@@ -131,7 +124,8 @@ def ddp(args) -> dict:
     return result if rank == 0 else {}
 
 
-def _rss_mib() -> float:
+def peak_rss_mib() -> float:
+    """This process's peak resident memory (VmHWM), MiB."""
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) / 1024
 
