@@ -4,7 +4,6 @@ tensor-parallel language-model training job, the stdlib `platform` module inside
 import json
 import math
 import re
-import secrets
 import subprocess
 import sys
 
@@ -20,6 +19,7 @@ from scaleforge.config.data import TextDataSpec
 from scaleforge.text.corpus import load_corpus
 from scaleforge.text.dataset import windows
 from scaleforge.text.tokenizer import ByteTokenizer
+from submitting import submit
 
 RUNTIME_ENV = json.dumps({"py_modules": ["platform/scaleforge"]})
 
@@ -37,21 +37,12 @@ def _ray(args, env, timeout=600):
     return subprocess.run([RAY, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _submit(address, env, submission_id, *entrypoint) -> str:
-    """``ray job submit`` waits for the job and tails its logs to the end, then prints its final
-    status ("Job '<id>' succeeded"): everything the tests read, ANSI colours removed."""
-    out = _ray(["job", "submit", "--address", address, "--submission-id", submission_id,
-                "--working-dir", ".", "--runtime-env-json", RUNTIME_ENV, "--", *entrypoint], env)
-    return re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
-
-
 def _submit_training(head, tmp_path, config: str, *sets: str) -> str:
     """Submit ``jobs.train --config config`` (artifact into ``tmp_path/artifact``); its logs once it succeeded."""
     address, env = head
-    submission_id = f"sf-train-{secrets.token_hex(3)}"
     overrides = [*sets, f"run.storage_path={tmp_path / 'runs'}", f"artifact.dir={tmp_path / 'artifact'}"]
-    logs = _submit(address, env, submission_id, sys.executable, "-m", "jobs.train", "--config", config,
-                   *(arg for item in overrides for arg in ("--set", item)))
+    submission_id, logs = submit(address, env, "sf-train", RUNTIME_ENV, sys.executable, "-m", "jobs.train", "--config",
+                                 config, *(arg for item in overrides for arg in ("--set", item)))
     assert f"Job '{submission_id}' succeeded" in logs, logs[-5000:]
     return logs
 
@@ -60,8 +51,7 @@ def _submit_training(head, tmp_path, config: str, *sets: str) -> str:
 def test_stdlib_platform_inside_a_submitted_job(head):
     address, env = head
     code = "import platform, ray; ray.init(); print('system=' + platform.system(), platform.__file__)"
-    submission_id = f"sf-platform-{secrets.token_hex(3)}"
-    logs = _submit(address, env, submission_id, sys.executable, "-c", code)
+    submission_id, logs = submit(address, env, "sf-platform", RUNTIME_ENV, sys.executable, "-c", code)
     assert f"Job '{submission_id}' succeeded" in logs, logs[-5000:]
     assert "system=Linux" in logs and "/working_dir_files/" not in logs.split("system=Linux")[1].split()[0]
 

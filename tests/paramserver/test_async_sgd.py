@@ -155,7 +155,8 @@ def test_workers_join_and_leave_while_training(ray_cluster, tmp_path, mode):
     ))
     kinds = [(e["event"], e["worker"]) for e in result.events]
     assert kinds == [("worker_added", 2), ("worker_removed", 2), ("worker_removed", 1)], result.events
-    assert result.events[1]["seconds"] - result.events[0]["seconds"] > 1.0  # two separate moments
+    added, removed = result.events[0]["seconds"], result.events[1]["seconds"]
+    assert 1.5 <= added < removed and removed >= 3.0, result.events  # each change at (or after) its time
     assert result.test_accuracy > 0.3, result.summary()  # training went on after each change (chance: 0.1)
 
 

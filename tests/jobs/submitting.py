@@ -1,0 +1,32 @@
+"""``ray job submit`` as a user runs it, submitted again on Ray's own races."""
+
+import re
+import secrets
+import subprocess
+import time
+
+from conftest import REPO
+from scaleforge.cluster.local import RAY
+
+RACES = ("No available agent to submit job", "prematurely been deleted")
+"""Consoles of a submission Ray refused on a race of its own, not on the job: a head whose dashboard
+answers may not have its job agent yet; and the working_dir package of the job before, which this
+submission found in the GCS and did not upload, deleted once that job ended (ray-project/ray#46625;
+"re-run" is Ray's own advice)."""
+
+
+def submit(address: str, env: dict[str, str], name: str, runtime_env: str, *entrypoint: str,
+           timeout: float = 900) -> tuple[str, str]:
+    """``ray job submit --working-dir .`` of ``entrypoint``, waiting for the job and tailing its logs:
+    its submission id and console (ANSI colours removed), which ends with "Job '<id>' succeeded" or
+    the reason it did not."""
+    for _ in range(30):
+        submission_id = f"{name}-{secrets.token_hex(3)}"
+        out = subprocess.run([RAY, "job", "submit", "--address", address, "--submission-id", submission_id,
+                              "--working-dir", ".", "--runtime-env-json", runtime_env, "--", *entrypoint],
+                             cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+        console = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
+        if not any(race in console for race in RACES):
+            break
+        time.sleep(2)
+    return submission_id, console
