@@ -1,6 +1,6 @@
 """The language model against plain PyTorch and general-purpose compressors, side by side in one run.
 
-    .venv/bin/python bench/lm.py           (about 35 minutes on 2 idle cores)
+    .venv/bin/python bench/lm.py           (about 50 minutes on 2 idle cores)
     .venv/bin/python bench/lm.py --quick   (a few minutes: everything runs on a slice of the bytes;
                                             its bars say nothing about the full run)
 
@@ -14,7 +14,9 @@ On ``configs/train_lm_small.yaml``'s model and bytes (the standard library's sou
 2. **Throughput.** The same model, batch and optimiser under PyTorch DDP the torchrun way (two
    processes, gloo, a ``DistributedSampler`` each: ``bench/lm_plain.py ddp``) against the Ray Train
    job with the same two workers, the same number of steps: tokens/s over the steps after the first
-   50 (steady state), with the time up to then reported apart as start-up.
+   50 (steady state), with the time up to then reported apart as start-up. Three rounds, medians
+   compared; DDP also runs beside the idle Ray cluster, which shows what the cluster's own
+   processes (GCS, raylet, dashboard, agents, idle workers) cost on these cores. It runs first.
 3. **Layouts.** Tokens/s, model and optimiser state per worker, and peak resident memory per worker
    of each layout the job offers, on the same model (an MoE feed-forward for ``ep``).
 
@@ -23,6 +25,7 @@ Prints each bar with met/missed; exit status 1 if one was missed.
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,6 +34,7 @@ from contextlib import redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
+import ray
 import torch.distributed as dist
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,16 +57,18 @@ CONFIG = ROOT / "configs" / "train_lm_small.yaml"
 @dataclass(frozen=True)
 class Sizes:
     """Optimiser steps of the throughput runs and of each layout's run, and how many of the first
-    are start-up rather than steady state; ``cut``: overrides that slice the bytes (``--quick``)."""
+    are start-up rather than steady state; rounds of the throughput comparison; ``cut``: overrides
+    that slice the bytes (``--quick``)."""
 
     steps: int = 300
     warmup: int = 50
     layout_steps: int = 60
     layout_warmup: int = 10
+    repeats: int = 3
     cut: tuple[str, ...] = ()
 
 
-QUICK = Sizes(40, 10, 12, 4, ("data.max_train_bytes=400000", "data.max_validation_bytes=100000"))
+QUICK = Sizes(40, 10, 12, 4, 1, ("data.max_train_bytes=400000", "data.max_validation_bytes=100000"))
 MOE = ("model.moe.num_experts=4", "model.moe.expert_hidden=256", "model.moe.top_k=1", "model.moe.capacity_factor=2.0")
 LAYOUTS = {  # name: (workers, overrides)
     "dp=2": (2, ()), "fsdp=2": (2, ("parallel.fsdp=2",)), "tp=2": (2, ("parallel.tp=2",)),
@@ -157,18 +163,45 @@ def quality(tmp: Path, sizes: Sizes) -> list:
 
 
 def throughput(tmp: Path, sizes: Sizes) -> list:
-    """torchrun DDP against Ray Train, the same steps of the same model on the same two workers."""
+    """torchrun DDP against Ray Train, the same steps of the same model on the same two workers.
+
+    First DDP ``sizes.repeats`` times with no Ray on the machine (this part runs first: Ray, once
+    started, stays up in this process; a second ``ray.init`` after ``ray.shutdown`` can crash on
+    actor handles that Ray Data keeps). Then, as many rounds: DDP beside the idle embedded Ray cluster
+    that the Ray Train run then uses (what that cluster's own processes cost on these cores), and the
+    Ray Train run. Medians are compared.
+    """
+    if ray.is_initialized():
+        raise RuntimeError("the throughput part measures DDP with no Ray on the machine: run it first")
     cfg = job(tmp, "lm_small")
-    ddp, ddp_launched = plain("ddp", tmp, "--steps", str(sizes.steps), "--warmup", str(sizes.warmup))
+    steps = ("--steps", str(sizes.steps), "--warmup", str(sizes.warmup))
+    alone = [plain("ddp", tmp, *steps) for _ in range(sizes.repeats)]
     ensure_ray(min_cpus=8)
-    ours, startup = timed(short_job(tmp, "throughput", 2, sizes.steps), sizes.warmup)
+    time.sleep(15)  # past the cluster's own start-up (its processes and prestarted workers): idle
+    beside, ours = [], []
+    for _ in range(sizes.repeats):
+        beside.append(plain("ddp", tmp, *steps))
+        ours.append(timed(short_job(tmp, "throughput", 2, sizes.steps), sizes.warmup))
+    rates = {name: [run[0][key] for run in runs] for name, runs, key in (
+        ("alone", alone, "tokens_per_s"), ("beside", beside, "tokens_per_s"), ("ours", ours, "steady_tokens_per_s"))}
+    median = {name: statistics.median(values) for name, values in rates.items()}
     print(f"throughput, {sizes.steps} steps of 2 x {cfg.optim.batch_size} x {cfg.data.seq_len} tokens, steady after "
-          f"{sizes.warmup}:\n  torchrun DDP {ddp['tokens_per_s']:,.0f} tokens/s (start-up {ddp['warm_at'] - ddp_launched:.1f} s "
-          f"from launch); Ray Train {ours['steady_tokens_per_s']:,.0f} tokens/s (start-up {startup:.1f} s from the call)\n"
-          f"  peak RSS per worker: torchrun {_mib(ddp['rss_mib_per_rank'])}; Ray Train {_mib(ours['rss_mib_per_worker'])}",
-          file=OUT)
-    ratio = ours["steady_tokens_per_s"] / ddp["tokens_per_s"]
+          f"{sizes.warmup}; median of {sizes.repeats} rounds (each run's tokens/s in brackets):\n"
+          f"  torchrun DDP, no Ray on the machine      {median['alone']:7,.0f} tokens/s [{_each(rates['alone'])}]\n"
+          f"  torchrun DDP beside an idle Ray cluster  {median['beside']:7,.0f} tokens/s [{_each(rates['beside'])}]\n"
+          f"  Ray Train (on that cluster)              {median['ours']:7,.0f} tokens/s [{_each(rates['ours'])}]\n"
+          f"  start-up: torchrun {_each(run['warm_at'] - launched for run, launched in alone)} s from launch; "
+          f"Ray Train {_each(startup for _, startup in ours)} s from the call\n"
+          f"  peak RSS per worker: torchrun {_mib(alone[-1][0]['rss_mib_per_rank'])}; "
+          f"Ray Train {_mib(ours[-1][0]['rss_mib_per_worker'])}", file=OUT)
+    ratio, beside_ratio = median["ours"] / median["alone"], median["ours"] / median["beside"]
+    print(f"  the idle cluster alone costs DDP {1 - median['beside'] / median['alone']:.0%} of its tokens/s; "
+          f"Ray Train / DDP beside it {beside_ratio:.2f}", file=OUT)
     return [("steady tokens/s, Ray Train / torchrun DDP", f"{ratio:.2f}", ">= 0.90", ratio >= 0.9)]
+
+
+def _each(values) -> str:
+    return ", ".join(f"{v:,.0f}" if v >= 100 else f"{v:.1f}" for v in values)
 
 
 def layouts(tmp: Path, sizes: Sizes) -> list:
@@ -179,7 +212,8 @@ def layouts(tmp: Path, sizes: Sizes) -> list:
     return []
 
 
-PARTS = {"quality": quality, "throughput": throughput, "layouts": layouts}
+PARTS = {"throughput": throughput, "quality": quality, "layouts": layouts}
+"""In the order they run (``--part`` in any order keeps it)."""
 OUT = sys.stdout
 """The tables and bars; the jobs' own progress goes to stderr (``make bench`` keeps stdout)."""
 
@@ -187,7 +221,7 @@ OUT = sys.stdout
 def main(sizes: Sizes, parts: list[str]) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="scaleforge-bench-lm-") as folder, redirect_stdout(sys.stderr):
-        for part in parts:
+        for part in (name for name in PARTS if name in parts):
             rows += PARTS[part](Path(folder), sizes)
     print()
     return print_bars(rows, "target")
