@@ -197,8 +197,9 @@ def throughput(tmp: Path, sizes: Sizes) -> list:
           f"  torchrun DDP, no Ray on the machine      {median['alone']:7,.0f} tokens/s [{_each(rates['alone'])}]\n"
           f"  torchrun DDP beside an idle Ray cluster  {median['beside']:7,.0f} tokens/s [{_each(rates['beside'])}]\n"
           f"  Ray Train (on that cluster)              {median['ours']:7,.0f} tokens/s [{_each(rates['ours'])}]\n"
-          f"  start-up: torchrun {_each(run['warm_at'] - launched for run, launched in alone)} s from launch; "
-          f"Ray Train {_each(startup for _, startup in ours)} s from the call\n"
+          f"  until the steady window: torchrun {_each(run['warm_at'] - launched for run, launched in alone)} s from "
+          f"launch to step {sizes.warmup}; Ray Train {_each(startup for _, startup in ours)} s from the call to step "
+          f"{sizes.ray_warmup}\n"
           f"  peak RSS per worker: torchrun {_mib(alone[-1][0]['rss_mib_per_rank'])}; "
           f"Ray Train {_mib(ours[-1][0]['rss_mib_per_worker'])}", file=OUT)
     ratio, beside_ratio = median["ours"] / median["alone"], median["ours"] / median["beside"]
