@@ -13,8 +13,8 @@ On ``configs/train_lm_small.yaml``'s model and bytes (the standard library's sou
    and ``xz -9e`` compress the same validation bytes.
 2. **Throughput.** The same model, batch and optimiser under PyTorch DDP the torchrun way (two
    processes, gloo, a ``DistributedSampler`` each: ``bench/lm_plain.py ddp``) against the Ray Train
-   job with the same two workers, the same number of steps: tokens/s over the steps after the first
-   50 (steady state), with the time up to then reported apart as start-up. Three rounds, medians
+   job with the same two workers and per-rank batches: tokens/s in steady state (DDP's steps 50-300,
+   Ray Train's 1,400-2,000: see ``Sizes``), the time up to then reported apart. Three rounds, medians
    compared; DDP also runs beside the idle Ray cluster, which shows what the cluster's own
    processes (GCS, raylet, dashboard, agents, idle workers) cost on these cores. It runs first.
 3. **Layouts.** Tokens/s, model and optimiser state per worker, and peak resident memory per worker
@@ -169,7 +169,7 @@ def quality(tmp: Path, sizes: Sizes) -> list:
 
 
 def throughput(tmp: Path, sizes: Sizes) -> list:
-    """torchrun DDP against Ray Train, the same steps of the same model on the same two workers.
+    """torchrun DDP against Ray Train: steady tokens/s of the same model on the same two workers.
 
     First DDP ``sizes.repeats`` times with no Ray on the machine (this part runs first: Ray, once
     started, stays up in this process; a second ``ray.init`` after ``ray.shutdown`` can crash on
@@ -197,8 +197,8 @@ def throughput(tmp: Path, sizes: Sizes) -> list:
           f"  torchrun DDP, no Ray on the machine      {median['alone']:7,.0f} tokens/s [{_each(rates['alone'])}]\n"
           f"  torchrun DDP beside an idle Ray cluster  {median['beside']:7,.0f} tokens/s [{_each(rates['beside'])}]\n"
           f"  Ray Train (on that cluster)              {median['ours']:7,.0f} tokens/s [{_each(rates['ours'])}]\n"
-          f"  until the steady window: torchrun {_each(run['warm_at'] - launched for run, launched in alone)} s from "
-          f"launch to step {sizes.warmup}; Ray Train {_each(startup for _, startup in ours)} s from the call to step "
+          f"  until the steady window: torchrun {_each((run['warm_at'] - launched for run, launched in alone), '.1f')} s from "
+          f"launch to step {sizes.warmup}; Ray Train {_each((startup for _, startup in ours), '.1f')} s from the call to step "
           f"{sizes.ray_warmup}\n"
           f"  peak RSS per worker: torchrun {_mib(alone[-1][0]['rss_mib_per_rank'])}; "
           f"Ray Train {_mib(ours[-1][0]['rss_mib_per_worker'])}", file=OUT)
@@ -208,8 +208,8 @@ def throughput(tmp: Path, sizes: Sizes) -> list:
     return [("steady tokens/s, Ray Train / torchrun DDP", f"{ratio:.2f}", ">= 0.90", ratio >= 0.9)]
 
 
-def _each(values) -> str:
-    return ", ".join(f"{v:,.0f}" if v >= 100 else f"{v:.1f}" for v in values)
+def _each(values, spec: str = ",.0f") -> str:
+    return ", ".join(format(v, spec) for v in values)
 
 
 def layouts(tmp: Path, sizes: Sizes) -> list:
