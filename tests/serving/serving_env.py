@@ -2,15 +2,18 @@
 
 The models are trained in-process in seconds (``scaleforge.quickfit``) and exported as artifacts:
 a small CNN (cascade stage 0), a larger CNN (the teacher, stage 1) and an MoE classifier split
-into a gate and four expert artifacts. Each test module imports these helpers; the module-level
-cache makes the training happen once per session.
+into a gate and four expert artifacts. Each test module imports these helpers; the models are
+trained once per suite run, into the folder that pytest-xdist's workers share, under a file lock.
 """
 
+import json
 import socket
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
+from filelock import FileLock
 
 from scaleforge.artifacts import save_artifact
 from scaleforge.artifacts.parts import save_moe_parts
@@ -29,21 +32,36 @@ def mnist1d() -> dict[str, np.ndarray]:
     return load_mnist1d(20_000, 42, 0.2, "~/.cache/scaleforge")
 
 
-def trained_models(root: Path) -> dict[str, str]:
-    """Artifact folders by role: ``student``, ``teacher``, ``moe-gate``, ``moe-expert-<i>``."""
+def trained_models(factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Artifact folders by role: ``student``, ``teacher``, ``moe-gate``, ``moe-expert-<i>``.
+
+    ``factory``: pytest's ``tmp_path_factory``. The first worker to ask trains them (about half a
+    minute of both cores) into the run's shared temporary folder; the others wait on the lock and
+    read the index it wrote last."""
     if "models" not in _CACHE:
-        torch.set_num_threads(2)
-        data = mnist1d()
-        models = {"student": fit_and_save(root / "student", STUDENT, data, epochs=6),
-                  "teacher": fit_and_save(root / "teacher", TEACHER, data, epochs=4)}
-        moe = fit_classifier(MOE, data["x"], data["y"], epochs=6)
-        # The whole model too (not served): tests compare the router's output with it.
-        save_artifact(root / "moe", moe, MOE, input_dim=40, num_classes=10)
-        parts = save_moe_parts(root / "moe", moe, MOE, input_dim=40, num_classes=10, dataset={})
-        models["moe-gate"] = parts["gate"]
-        models |= {f"moe-expert-{i}": path for i, path in enumerate(parts["experts"])}
-        _CACHE["models"] = {role: str(path) for role, path in models.items()}
+        base = factory.getbasetemp()
+        root = (base.parent if base.name.startswith("popen-gw") else base) / "serving-models"
+        index = root / "models.json"
+        with FileLock(f"{root}.lock"):
+            if not index.is_file():
+                index.parent.mkdir(parents=True, exist_ok=True)
+                index.write_text(json.dumps(_train(root)))
+        _CACHE["models"] = json.loads(index.read_text())
     return _CACHE["models"]
+
+
+def _train(root: Path) -> dict[str, str]:
+    torch.set_num_threads(2)
+    data = mnist1d()
+    models = {"student": fit_and_save(root / "student", STUDENT, data, epochs=6),
+              "teacher": fit_and_save(root / "teacher", TEACHER, data, epochs=4)}
+    moe = fit_classifier(MOE, data["x"], data["y"], epochs=6)
+    # The whole model too (not served): tests compare the router's output with it.
+    save_artifact(root / "moe", moe, MOE, input_dim=40, num_classes=10)
+    parts = save_moe_parts(root / "moe", moe, MOE, input_dim=40, num_classes=10, dataset={})
+    models["moe-gate"] = parts["gate"]
+    models |= {f"moe-expert-{i}": path for i, path in enumerate(parts["experts"])}
+    return {role: str(path) for role, path in models.items()}
 
 
 def free_port() -> int:

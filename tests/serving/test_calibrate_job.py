@@ -28,7 +28,7 @@ def _calibrate_config(tmp_path, serve_path, **fields):
 
 
 def test_calibrate_writes_thresholds_that_meet_the_target(tmp_path_factory, tmp_path, capsys):
-    models = trained_models(tmp_path_factory.mktemp("serving-models"))
+    models = trained_models(tmp_path_factory)
     serve_path = _serve_config(tmp_path, models)
     assert jobs.calibrate.main(["--config", str(_calibrate_config(tmp_path, serve_path))]) == 0
     report = capsys.readouterr().out
@@ -42,7 +42,7 @@ def test_calibrate_writes_thresholds_that_meet_the_target(tmp_path_factory, tmp_
 
 
 def test_escalation_budget_and_bad_config(tmp_path_factory, tmp_path, capsys):
-    models = trained_models(tmp_path_factory.mktemp("serving-models"))
+    models = trained_models(tmp_path_factory)
     serve_path = _serve_config(tmp_path, models)
     out = tmp_path / "out.yaml"
     config = _calibrate_config(tmp_path, serve_path, target_escalation=0.25, output=str(out))

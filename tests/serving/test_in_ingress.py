@@ -18,7 +18,7 @@ THRESHOLD = 0.9
 
 
 def test_a_cascade_with_stage_0_in_the_ingress_answers_as_the_two_models_do(ray_cluster, tmp_path_factory):
-    models = trained_models(tmp_path_factory.mktemp("serving-models"))
+    models = trained_models(tmp_path_factory)
     args = {"models": [{"name": "student", "artifact": models["student"], "in_ingress": True},
                        {"name": "teacher", "artifact": models["teacher"], **small_deployment()}],
             "cascades": [{"name": "cascade", "stages": [{"model": "student", "threshold": THRESHOLD},

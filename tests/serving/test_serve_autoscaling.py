@@ -25,7 +25,7 @@ def _running_replicas() -> int:
 
 @pytest.mark.slow
 def test_replicas_follow_the_load_up_and_back_down(ray_cluster, tmp_path_factory):
-    models = trained_models(tmp_path_factory.mktemp("serving-models"))
+    models = trained_models(tmp_path_factory)
     args = {"models": [{"name": "teacher", "artifact": models["teacher"], "max_batch_size": 1,
                         **small_deployment(autoscaling=SCALING)}],
             "ingress": small_deployment(max_ongoing_requests=64)}

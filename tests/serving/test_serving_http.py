@@ -35,7 +35,7 @@ APP = "sf-test"
 
 @pytest.fixture(scope="module")
 def server(ray_cluster, tmp_path_factory):
-    models = trained_models(tmp_path_factory.mktemp("serving-models"))
+    models = trained_models(tmp_path_factory)
     token_file = tmp_path_factory.mktemp("auth") / "token"
     token_file.write_text(TOKEN + "\n")
     args = serve_args(models, token_file=str(token_file))
