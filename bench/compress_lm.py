@@ -1,7 +1,7 @@
 """Compression of the language model: int8 Linear layers and a distilled student, measured in one run.
 
-    .venv/bin/python bench/compress_lm.py      (40 minutes here on 2 cores shared with other jobs: 20 to train
-                                                the teacher, which configs/train_lm_small.yaml puts at 8.5 idle)
+    .venv/bin/python bench/compress_lm.py      (40 minutes here on 2 cores shared with other jobs, about half
+                                                of it training the teacher)
 
 Trains the teacher with ``configs/train_lm_small.yaml`` (Ray Train, 2 workers, one pass over the
 standard-library corpus) into a temporary folder, then runs ``configs/compress_lm.yaml`` on it

@@ -8,8 +8,8 @@ On ``configs/train_lm_small.yaml``'s model and bytes (the standard library's sou
 
 1. **Quality.** The config run as shipped (Ray Train, 2 data-parallel workers, one thread each);
    then one plain PyTorch process, both cores' threads, given the same wall-clock as the whole Ray
-   job took (start-up included), its warm-up and cosine laid over that time
-   (``bench/lm_plain.py single``). Both score the same validation windows in bits per byte; ``gzip -9``
+   job took (start-up included), its batch the workers' batches together (the same update per step),
+   its warm-up and cosine laid over that time (``bench/lm_plain.py single``). Both score the same validation windows in bits per byte; ``gzip -9``
    and ``xz -9e`` compress the same validation bytes.
 2. **Throughput.** The same model, batch and optimiser under PyTorch DDP the torchrun way (two
    processes, gloo, a ``DistributedSampler`` each: ``bench/lm_plain.py ddp``) against the Ray Train
@@ -153,14 +153,17 @@ def quality(tmp: Path, sizes: Sizes) -> list:
     ensure_ray(min_cpus=8)  # the 4-worker layouts; this run uses 2 workers
     ours = run_training(cfg)
     ray_wall = time.perf_counter() - began
+    # One process makes the update the data-parallel step makes: a batch of the workers' batches together.
+    whole_batch = f"optim.batch_size={cfg.optim.batch_size * cfg.dims.data_world}"
     single, _ = plain("single", tmp, "--seconds", f"{ray_wall:.1f}", "--threads", "2",
-                      *(f"--set={override}" for override in sizes.cut))
+                      *(f"--set={override}" for override in (*sizes.cut, whole_batch)))
     bits = ours.metrics["bits_per_byte"]
     print(f"validation: {len(validation):,} bytes of {cfg.data.source} ({corpus.fingerprint()[:19]}...); "
           f"gzip -9 {gzip:.3f}, xz -9e {xz:.3f} bits/byte", file=OUT)
     print(f"quality, {ray_wall / 60:.1f} min each: Ray Train dp=2 {bits:.3f} bits/byte at "
           f"{ours.metrics['tokens_per_s']:,.0f} tokens/s; one plain PyTorch process ({single['threads']} threads) "
-          f"{single['bits_per_byte']:.3f} at {single['tokens_per_s']:,.0f} tokens/s ({single['steps']:,} steps); "
+          f"{single['bits_per_byte']:.3f} at {single['tokens_per_s']:,.0f} tokens/s ({single['steps']:,} steps of "
+          f"{single['batch_size']}); "
           f"{bits - xz:+.3f} bits/byte from xz -9e", file=OUT)
     return [("bits/byte, train_lm_small.yaml (dp=2)", f"{bits:.3f} in {ray_wall / 60:.1f} min",
              f"<= gzip -9 {gzip:.3f}, < 15 min", bits <= gzip and ray_wall < 900),

@@ -84,7 +84,7 @@ def single(args) -> dict:
     trained_s = time.perf_counter() - began
     with torch.no_grad():  # scored as the compression job scores a language model
         bits = bits_per_byte(model, *(t.numpy() for t in data["validation"].tensors), batch_size=256)
-    return {"bits_per_byte": bits, "steps": steps, "tokens": tokens,
+    return {"bits_per_byte": bits, "steps": steps, "batch_size": cfg.optim.batch_size, "tokens": tokens,
             "train_s": trained_s, "tokens_per_s": tokens / trained_s, "threads": args.threads,
             "total_s": time.perf_counter() - STARTED}
 
