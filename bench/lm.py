@@ -9,8 +9,8 @@ On ``configs/train_lm_small.yaml``'s model and bytes (the standard library's sou
 1. **Quality.** The config run as shipped (Ray Train, 2 data-parallel workers, one thread each);
    then one plain PyTorch process, both cores' threads, given the same wall-clock as the whole Ray
    job took (start-up included), its batch the workers' batches together (the same update per step),
-   its warm-up and cosine laid over that time (``bench/lm_plain.py single``). Both score the same validation windows in bits per byte; ``gzip -9``
-   and ``xz -9e`` compress the same validation bytes.
+   its warm-up and cosine laid over that time (``bench/lm_plain.py single``). Both score the same
+   validation windows in bits per byte; ``gzip -9`` and ``xz -9e`` compress the same validation bytes.
 2. **Throughput.** The same model, batch and optimiser under PyTorch DDP the torchrun way (two
    processes, gloo, a ``DistributedSampler`` each: ``bench/lm_plain.py ddp``) against the Ray Train
    job with the same two workers and per-rank batches: tokens/s in steady state (DDP's steps 50-300,

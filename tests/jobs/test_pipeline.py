@@ -106,7 +106,7 @@ def _submit(machines, tmp_path, machine, root, *extra) -> str:
     submission_id, console = submit(machines["dashboard"], machines["cli"], f"sf-pipeline-{machine or 'node'}",
                                     json.dumps(runtime_env), sys.executable, "-m", "jobs.pipeline", "--config",
                                     "configs/pipeline.yaml", "--set", f"storage={root}", *TINY, *extra,
-                                    timeout=400)  # each has taken under 2 minutes; its logs if it hangs
+                                    timeout=400)  # the whole test has taken 270-470 s; a hung stage fails with its logs
     assert f"Job '{submission_id}' succeeded" in console, console[-5000:]
     logs = _ray_job_logs(machines, submission_id)
     _assert_console_is_ours(logs)

@@ -7,6 +7,7 @@ trained once per suite run, into the folder that pytest-xdist's workers share, u
 """
 
 import json
+import os
 import socket
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def trained_models(factory: pytest.TempPathFactory) -> dict[str, str]:
     read the index it wrote last."""
     if "models" not in _CACHE:
         base = factory.getbasetemp()
-        root = (base.parent if base.name.startswith("popen-gw") else base) / "serving-models"
+        root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "serving-models"
         index = root / "models.json"
         with FileLock(f"{root}.lock"):
             if not index.is_file():
