@@ -14,9 +14,10 @@ On ``configs/train_lm_small.yaml``'s model and bytes (the standard library's sou
 2. **Throughput.** The same model, batch and optimiser under PyTorch DDP the torchrun way (two
    processes, gloo, a ``DistributedSampler`` each: ``bench/lm_plain.py ddp``) against the Ray Train
    job with the same two workers and per-rank batches: tokens/s in steady state (DDP's steps 50-300,
-   Ray Train's 1,400-2,000: see ``Sizes``), the time up to then reported apart. Three rounds, medians
-   compared; DDP also runs beside the idle Ray cluster, which shows what the cluster's own
-   processes (GCS, raylet, dashboard, agents, idle workers) cost on these cores. It runs first.
+   Ray Train's 1,400-2,000: see ``Sizes``), the time up to then reported apart. Three rounds, DDP and
+   the Ray side in turn (the order swapped each round), medians compared; DDP also runs beside the
+   idle Ray cluster, which shows what the cluster's own processes (GCS, raylet, dashboard, agents,
+   idle workers) cost on these cores. It runs first, before this process starts a Ray of its own.
 3. **Layouts.** Tokens/s, model and optimiser state per worker, and peak resident memory per worker
    of each layout the job offers, on the same model (an MoE feed-forward for ``ep``).
 
@@ -31,7 +32,7 @@ import sys
 import tempfile
 import time
 from contextlib import redirect_stdout
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import ray
@@ -60,14 +61,13 @@ class Sizes:
     many of the first are start-up rather than steady state; rounds of the throughput comparison;
     ``cut``: overrides that slice the bytes (``--quick``).
 
-    Ray Train's tokens/s keeps rising over its first ~1,500 steps here (the shipped config's own
-    progress lines show it, every 200 steps) while DDP's is flat after 50 steps, so Ray Train's
-    steady window is its steps 1,400 to 2,000."""
+    DDP's tokens/s is flat after 50 steps; Ray Train's after its first ~100 (its progress lines, every
+    100 steps, on 1-6 MB slices of the corpus), so its steady window is steps 300 to 1,000."""
 
     steps: int = 300
     warmup: int = 50
-    ray_steps: int = 2000
-    ray_warmup: int = 1400
+    ray_steps: int = 1000
+    ray_warmup: int = 300
     layout_steps: int = 60
     layout_warmup: int = 10
     repeats: int = 3
@@ -132,10 +132,11 @@ def timed(cfg: TrainJobConfig, warmup: int) -> tuple[dict, float]:
     return metrics, metrics["warm_at"] - called
 
 
-def plain(mode: str, tmp: Path, *args: str) -> tuple[dict, float]:
-    """``bench/lm_plain.py`` (under torchrun for ``ddp``): its result and the wall-clock it took."""
+def plain(mode: str, tmp: Path, *args: str, ranks: int = 2) -> tuple[dict, float]:
+    """``bench/lm_plain.py`` (under torchrun with ``ranks`` processes for ``ddp``): its result and when it
+    was launched."""
     out = tmp / f"{mode}.json"
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"] \
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)] \
         if mode == "ddp" else [sys.executable]
     began = time.time()
     subprocess.run([*launcher, str(ROOT / "bench" / "lm_plain.py"), mode, "--config", str(CONFIG), "--out", str(out),
@@ -174,41 +175,70 @@ def quality(tmp: Path, sizes: Sizes) -> list:
 def throughput(tmp: Path, sizes: Sizes) -> list:
     """torchrun DDP against Ray Train: steady tokens/s of the same model on the same two workers.
 
-    First DDP ``sizes.repeats`` times with no Ray on the machine (this part runs first: Ray, once
-    started, stays up in this process; a second ``ray.init`` after ``ray.shutdown`` can crash on
-    actor handles that Ray Data keeps). Then, as many rounds: DDP beside the idle embedded Ray cluster
-    that the Ray Train run then uses (what that cluster's own processes cost on these cores), and the
-    Ray Train run. Medians are compared.
+    ``sizes.repeats`` rounds, each of two sides in turn, their order swapped every round so that the
+    machine's drift over the part favours neither: torchrun with no Ray on the machine (two ranks, then
+    one), and a process of its own (:func:`ray_round`) that starts an embedded Ray, runs DDP beside the
+    idle cluster (what the cluster's own processes cost on these cores), then the Ray Train job on two
+    workers and on one. The one-rank pair is the same comparison with a core to spare for everything
+    but the training: it separates what Ray costs inside a worker from what its processes take from
+    two workers that fill both cores. Medians are compared.
     """
     if ray.is_initialized():
-        raise RuntimeError("the throughput part measures DDP with no Ray on the machine: run it first")
+        raise RuntimeError("the throughput part measures DDP with no Ray on the machine: run it before the others")
     cfg = job(tmp, "lm_small")
-    steps = ("--steps", str(sizes.steps), "--warmup", str(sizes.warmup))
-    alone = [plain("ddp", tmp, *steps) for _ in range(sizes.repeats)]
+    alone, rounds = [], []
+    for index in range(sizes.repeats):
+        sides = [lambda: alone.append({ranks: plain("ddp", tmp, *_ddp_steps(sizes), ranks=ranks) for ranks in (2, 1)}),
+                 lambda: rounds.append(_in_own_process(tmp, sizes, index))]
+        for side in sides if index % 2 == 0 else sides[::-1]:
+            side()
+    rates = {"alone": [run[2][0]["tokens_per_s"] for run in alone], "beside": [r["beside"]["tokens_per_s"] for r in rounds],
+             "ours": [r["ours"][0]["steady_tokens_per_s"] for r in rounds],
+             "alone 1": [run[1][0]["tokens_per_s"] for run in alone], "ours 1": [r["one"][0]["steady_tokens_per_s"] for r in rounds]}
+    median = {name: statistics.median(values) for name, values in rates.items()}
+    print(f"throughput, steps of {cfg.optim.batch_size} x {cfg.data.seq_len} tokens per rank (DDP: {sizes.steps}, steady "
+          f"after {sizes.warmup}; Ray Train: {sizes.ray_steps}, steady after {sizes.ray_warmup}); median of {sizes.repeats} "
+          f"rounds, torchrun and the Ray side in turn (each run's tokens/s in brackets):", file=OUT)
+    for label, name in (("torchrun DDP, 2 ranks, no Ray on the machine", "alone"),
+                        ("torchrun DDP, 2 ranks, beside an idle Ray cluster", "beside"),
+                        ("Ray Train, 2 workers (on that cluster)", "ours"),
+                        ("torchrun DDP, 1 rank, no Ray on the machine", "alone 1"),
+                        ("Ray Train, 1 worker", "ours 1")):
+        print(f"  {label:50s} {median[name]:7,.0f} tokens/s [{_each(rates[name])}]", file=OUT)
+    print(f"  until the steady window: torchrun {_each((run[2][0]['warm_at'] - run[2][1] for run in alone), '.1f')} s "
+          f"from launch to step {sizes.warmup}; Ray Train {_each((r['ours'][1] for r in rounds), '.1f')} s from the call "
+          f"to step {sizes.ray_warmup}\n"
+          f"  peak RSS per worker: torchrun {_mib(alone[-1][2][0]['rss_mib_per_rank'])}; "
+          f"Ray Train {_mib(rounds[-1]['ours'][0]['rss_mib_per_worker'])}", file=OUT)
+    ratio, one = median["ours"] / median["alone"], median["ours 1"] / median["alone 1"]
+    print(f"  the idle cluster alone costs DDP {1 - median['beside'] / median['alone']:.0%} of its tokens/s; "
+          f"Ray Train / DDP beside it {median['ours'] / median['beside']:.2f}; with a core to spare (1 rank) "
+          f"Ray Train / DDP {one:.2f}", file=OUT)
+    return [("steady tokens/s, Ray Train / torchrun DDP", f"{ratio:.2f}", ">= 0.90", ratio >= 0.9),
+            ("the same, 1 rank, a core to spare", f"{one:.2f}", ">= 0.90", one >= 0.9)]
+
+
+def ray_round(tmp: Path, sizes: Sizes) -> dict:
+    """One round's Ray side, in a process of its own (a second ``ray.init`` after ``ray.shutdown`` in one
+    process can crash on actor handles that Ray Data keeps): DDP beside the idle embedded cluster, then
+    the Ray Train runs on it, on two workers and on one (metrics, and seconds from the call to the
+    steady window)."""
     ensure_ray(min_cpus=8)
     time.sleep(15)  # past the cluster's own start-up (its processes and prestarted workers): idle
-    beside, ours = [], []
-    for _ in range(sizes.repeats):
-        beside.append(plain("ddp", tmp, *steps))
-        ours.append(timed(short_job(tmp, "throughput", 2, sizes.ray_steps), sizes.ray_warmup))
-    rates = {name: [run[0][key] for run in runs] for name, runs, key in (
-        ("alone", alone, "tokens_per_s"), ("beside", beside, "tokens_per_s"), ("ours", ours, "steady_tokens_per_s"))}
-    median = {name: statistics.median(values) for name, values in rates.items()}
-    print(f"throughput, steps of 2 x {cfg.optim.batch_size} x {cfg.data.seq_len} tokens (DDP: {sizes.steps}, steady after "
-          f"{sizes.warmup}; Ray Train: {sizes.ray_steps}, steady after {sizes.ray_warmup}); median of {sizes.repeats} "
-          f"rounds (each run's tokens/s in brackets):\n"
-          f"  torchrun DDP, no Ray on the machine      {median['alone']:7,.0f} tokens/s [{_each(rates['alone'])}]\n"
-          f"  torchrun DDP beside an idle Ray cluster  {median['beside']:7,.0f} tokens/s [{_each(rates['beside'])}]\n"
-          f"  Ray Train (on that cluster)              {median['ours']:7,.0f} tokens/s [{_each(rates['ours'])}]\n"
-          f"  until the steady window: torchrun {_each((run['warm_at'] - launched for run, launched in alone), '.1f')} s from "
-          f"launch to step {sizes.warmup}; Ray Train {_each((startup for _, startup in ours), '.1f')} s from the call to step "
-          f"{sizes.ray_warmup}\n"
-          f"  peak RSS per worker: torchrun {_mib(alone[-1][0]['rss_mib_per_rank'])}; "
-          f"Ray Train {_mib(ours[-1][0]['rss_mib_per_worker'])}", file=OUT)
-    ratio, beside_ratio = median["ours"] / median["alone"], median["ours"] / median["beside"]
-    print(f"  the idle cluster alone costs DDP {1 - median['beside'] / median['alone']:.0%} of its tokens/s; "
-          f"Ray Train / DDP beside it {beside_ratio:.2f}", file=OUT)
-    return [("steady tokens/s, Ray Train / torchrun DDP", f"{ratio:.2f}", ">= 0.90", ratio >= 0.9)]
+    beside, _ = plain("ddp", tmp, *_ddp_steps(sizes))
+    return {"beside": beside, **{name: timed(short_job(tmp, "throughput", workers, sizes.ray_steps), sizes.ray_warmup)
+                                 for name, workers in (("ours", 2), ("one", 1))}}
+
+
+def _in_own_process(tmp: Path, sizes: Sizes, index: int) -> dict:
+    out = tmp / f"ray_round_{index}.json"
+    subprocess.run([sys.executable, __file__, "--ray-round", str(out), "--sizes", json.dumps(asdict(sizes))],
+                   check=True, cwd=ROOT, stdout=sys.stderr)
+    return json.loads(out.read_text())
+
+
+def _ddp_steps(sizes: Sizes) -> tuple[str, ...]:
+    return ("--steps", str(sizes.steps), "--warmup", str(sizes.warmup), *(f"--set={o}" for o in sizes.cut))
 
 
 def _each(values, spec: str = ",.0f") -> str:
@@ -264,6 +294,13 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="every part on a slice of the bytes (bars say nothing)")
     parser.add_argument("--repeats", type=int, help=f"rounds of the throughput part (default {Sizes.repeats})")
     parser.add_argument("--part", action="append", choices=list(PARTS), help="run only this part (repeatable)")
+    parser.add_argument("--ray-round", type=Path, help=argparse.SUPPRESS)  # the throughput part's own processes
+    parser.add_argument("--sizes", type=json.loads, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.ray_round:
+        sizes = Sizes(**{**args.sizes, "cut": tuple(args.sizes["cut"])})
+        with tempfile.TemporaryDirectory(prefix="scaleforge-bench-lm-") as folder, redirect_stdout(sys.stderr):
+            args.ray_round.write_text(json.dumps(ray_round(Path(folder), sizes)))
+        sys.exit(0)
     sizes = QUICK if args.quick else Sizes()
     sys.exit(main(replace(sizes, repeats=args.repeats or sizes.repeats), args.part or list(PARTS)))
