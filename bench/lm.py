@@ -14,10 +14,11 @@ On ``configs/train_lm_small.yaml``'s model and bytes (the standard library's sou
 2. **Throughput.** The same model, batch and optimiser under PyTorch DDP the torchrun way (two
    processes, gloo, a ``DistributedSampler`` each: ``bench/lm_plain.py ddp``) against the Ray Train
    job with the same two workers and per-rank batches: tokens/s in steady state (DDP's steps 50-300,
-   Ray Train's 1,400-2,000: see ``Sizes``), the time up to then reported apart. Three rounds, DDP and
+   Ray Train's 300-1,000: see ``Sizes``), the time up to then reported apart. Three rounds, DDP and
    the Ray side in turn (the order swapped each round), medians compared; DDP also runs beside the
    idle Ray cluster, which shows what the cluster's own processes (GCS, raylet, dashboard, agents,
-   idle workers) cost on these cores. It runs first, before this process starts a Ray of its own.
+   idle workers) cost on these cores, and both sides again on one rank, with a core to spare for
+   everything but the training. It runs first, before this process starts a Ray of its own.
 3. **Layouts.** Tokens/s, model and optimiser state per worker, and peak resident memory per worker
    of each layout the job offers, on the same model (an MoE feed-forward for ``ep``).
 
