@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 import torch.distributed as dist
+from ray.data import DataContext, ExecutionOptions
 from ray.train import DataConfig
 from torch import nn
 from torch.distributed.fsdp import fully_shard
@@ -166,8 +167,11 @@ class MeshParallel:
     @staticmethod
     def data_config() -> DataConfig:
         """Every worker reads the whole dataset in one fixed order, so ranks sharing a slice take the same rows."""
-        options = DataConfig.default_ingest_options()
-        options.preserve_order = True
+        # DataConfig.default_ingest_options() would copy exclude_resources, whose setter prints Ray's own
+        # deprecation warning on the job's console; the other defaults are DataContext's, as there.
+        defaults = DataContext.get_current().execution_options
+        options = ExecutionOptions(resource_limits=defaults.resource_limits, preserve_order=True,
+                                   verbose_progress=defaults.verbose_progress)
         return DataConfig(datasets_to_split=[], execution_options=options)
 
     @staticmethod
