@@ -189,13 +189,14 @@ def throughput(tmp: Path, sizes: Sizes) -> list:
     cfg = job(tmp, "lm_small")
     alone, rounds = [], []
     for index in range(sizes.repeats):
-        sides = [lambda: alone.append({ranks: plain("ddp", tmp, *_ddp_steps(sizes), ranks=ranks) for ranks in (2, 1)}),
+        sides = [lambda: alone.append({"two": plain("ddp", tmp, *_ddp_steps(sizes)),
+                                       "one": plain("ddp", tmp, *_ddp_steps(sizes), ranks=1)}),
                  lambda: rounds.append(_in_own_process(tmp, sizes, index))]
         for side in sides if index % 2 == 0 else sides[::-1]:
             side()
-    rates = {"alone": [run[2][0]["tokens_per_s"] for run in alone], "beside": [r["beside"]["tokens_per_s"] for r in rounds],
+    rates = {"alone": [run["two"][0]["tokens_per_s"] for run in alone], "beside": [r["beside"]["tokens_per_s"] for r in rounds],
              "ours": [r["ours"][0]["steady_tokens_per_s"] for r in rounds],
-             "alone 1": [run[1][0]["tokens_per_s"] for run in alone], "ours 1": [r["one"][0]["steady_tokens_per_s"] for r in rounds]}
+             "alone 1": [run["one"][0]["tokens_per_s"] for run in alone], "ours 1": [r["one"][0]["steady_tokens_per_s"] for r in rounds]}
     median = {name: statistics.median(values) for name, values in rates.items()}
     print(f"throughput, steps of {cfg.optim.batch_size} x {cfg.data.seq_len} tokens per rank (DDP: {sizes.steps}, steady "
           f"after {sizes.warmup}; Ray Train: {sizes.ray_steps}, steady after {sizes.ray_warmup}); median of {sizes.repeats} "
@@ -206,10 +207,10 @@ def throughput(tmp: Path, sizes: Sizes) -> list:
                         ("torchrun DDP, 1 rank, no Ray on the machine", "alone 1"),
                         ("Ray Train, 1 worker", "ours 1")):
         print(f"  {label:50s} {median[name]:7,.0f} tokens/s [{_each(rates[name])}]", file=OUT)
-    print(f"  until the steady window: torchrun {_each((run[2][0]['warm_at'] - run[2][1] for run in alone), '.1f')} s "
+    print(f"  until the steady window: torchrun {_each((run['two'][0]['warm_at'] - run['two'][1] for run in alone), '.1f')} s "
           f"from launch to step {sizes.warmup}; Ray Train {_each((r['ours'][1] for r in rounds), '.1f')} s from the call "
           f"to step {sizes.ray_warmup}\n"
-          f"  peak RSS per worker: torchrun {_mib(alone[-1][2][0]['rss_mib_per_rank'])}; "
+          f"  peak RSS per worker: torchrun {_mib(alone[-1]['two'][0]['rss_mib_per_rank'])}; "
           f"Ray Train {_mib(rounds[-1]['ours'][0]['rss_mib_per_worker'])}", file=OUT)
     ratio, one = median["ours"] / median["alone"], median["ours 1"] / median["alone 1"]
     print(f"  the idle cluster alone costs DDP {1 - median['beside'] / median['alone']:.0%} of its tokens/s; "
