@@ -279,12 +279,26 @@ def _replicas(deployment: str) -> list:
     return [ray.get_actor(name, namespace="serve") for name in names]
 
 
+def _kill(replica) -> None:
+    """``ray.kill`` and wait until the replica is gone: the kill is asynchronous, and a request sent
+    right after it could still reach the replica (a red run)."""
+    ray.kill(replica, no_restart=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ray.get(replica.__ray_ready__.remote(), timeout=30)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.2)
+    raise AssertionError("the replica still answers 30 s after ray.kill")
+
+
 def test_moe_falls_back_when_an_expert_replica_is_killed(server, data):
     x, y = data["x_test"][:256], data["y_test"][:256]
     before = infer(server, "moe", x, trace=True)
     busiest = int(np.bincount(output(before, "experts")[:, 0]).argmax())
     (replica,) = _replicas(f"model-moe-expert-{busiest}")
-    ray.kill(replica, no_restart=True)
+    _kill(replica)
     after = infer(server, "moe", x, trace=True)
     experts, fallback = output(after, "experts"), output(after, "fallback")
     preferred_busiest = (output(before, "experts") == busiest).any(axis=1)
