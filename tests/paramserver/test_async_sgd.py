@@ -1,5 +1,6 @@
 """Parameter-server SGD on real Ray actors: equivalence, the SSP bound, convergence, bad input."""
 
+import math
 import time
 
 import numpy as np
@@ -104,7 +105,8 @@ def test_a_killed_sync_shard_restores_and_joins_the_workers_round(ray_cluster, t
 def test_a_restarted_sync_shard_finishes_the_round_whose_ack_died_with_it(ray_cluster, tmp_path):
     """The interleaving that once hung CI: worker 0's push of the last round was acknowledged by the
     shard process that then died committing the round; only worker 1's push is retried on the
-    restarted shard. Worker 0's next pull must complete the round, not wait for it forever."""
+    restarted shard. Worker 0's next pull must not wait for that round forever: it reads the restored
+    parameters, and its gradient on them completes the round."""
     import ray
 
     from scaleforge.paramserver.shard import ParameterShard
@@ -126,9 +128,66 @@ def test_a_restarted_sync_shard_finishes_the_round_whose_ack_died_with_it(ray_cl
     stats = ray.get(shard.stats.remote(), timeout=30)
     assert (stats["incarnation"], stats["restored_version"]) == (1, every)
     flat, version = ray.get(shard.pull.remote(0, die_at), timeout=30)[:2]  # hung here before the fix
-    assert version == every + 1  # the round went on with worker 1's gradient alone
+    assert version == every  # the restored round, still waiting for worker 0's gradient
+    ray.get(shard.push.remote(0, ones, version, die_at, die_at), timeout=30)
+    flat, version = ray.get(shard.pull.remote(1, die_at), timeout=30)[:2]
+    assert version == every + 1
     np.testing.assert_allclose(flat, -0.1 * (every + 1) * ones, rtol=1e-6)
     ray.kill(shard)
+
+
+def test_backup_workers_apply_the_first_gradients_and_drop_the_late_one(ray_cluster):
+    """Sync, 3 workers, b=1: a round is the mean of the first 2 gradients computed on its version; the
+    third arrives late, is dropped and counted, and never changes the parameters."""
+    import ray
+
+    from scaleforge.paramserver.shard import ParameterShard
+
+    shard = ParameterShard.options(max_concurrency=8).remote(
+        0, np.zeros(4, np.float32), optimizer="sgd", lr=0.1, momentum=0.0, mode="sync", num_workers=3,
+        staleness_bound=0, staleness_aware_lr=False, backup_workers=1)
+    reads = ray.get([shard.pull.remote(w, 0) for w in range(3)], timeout=30)
+    assert [version for _, version, _ in reads] == [0, 0, 0]
+    ones = np.ones(4, np.float32)
+    assert ray.get(shard.push.remote(0, 1 * ones, 0, 0, 0), timeout=30)[0] == 0  # waits for a second
+    assert ray.get(shard.push.remote(1, 3 * ones, 0, 0, 0), timeout=30)[0] == 1  # round 0 applied
+    flat, version = ray.get(shard.snapshot.remote(), timeout=30)
+    np.testing.assert_allclose(flat, -0.1 * 2 * ones, rtol=1e-6)  # the mean over the two used
+    assert ray.get(shard.push.remote(2, 100 * ones, 0, 0, 0), timeout=30)[0] == 1  # late: round 0 is over
+    np.testing.assert_allclose(ray.get(shard.snapshot.remote(), timeout=30)[0], flat)
+    stats = ray.get(shard.stats.remote(), timeout=30)
+    assert stats["dropped"] == {2: 1} and stats["version"] == 1
+    # The straggler is not held back: it reads version 1 at once, and its gradient on it counts.
+    assert ray.get(shard.pull.remote(2, 1), timeout=30)[1] == 1
+    ray.get([shard.push.remote(w, ones, 1, 1, 1) for w in (2, 0)], timeout=30)
+    assert ray.get(shard.snapshot.remote(), timeout=30)[1] == 2
+    ray.kill(shard)
+
+
+def test_a_straggler_behind_backup_workers_only_loses_its_own_gradients(ray_cluster, tmp_path):
+    straggling = ["data.num_samples=1200", "model={name: mlp, hidden: [16]}", "workers.num_workers=3",
+                  "workers.batch_size=32", "workers.epochs=2", "workers.straggler_delay_s=0.05",
+                  "server.mode=sync", "server.num_shards=2"]
+    cfg = _config(tmp_path, *straggling, "server.backup_workers=1")
+    result = run_async_sgd(cfg)
+    shard_rows = min(map(len, worker_shards(len(load_arrays(cfg.data).y), 3, cfg.workers.seed)))
+    steps = math.ceil(2 * shard_rows / 32)  # 2 epochs of each worker's data shard, in batches of 32
+    assert result.updates == steps, result.summary()  # the run is `steps` rounds, as without backups
+    for dropped in result.dropped:  # per shard: the straggler's gradients, late for their round
+        assert dropped.get(2, 0) >= steps // 4 and dropped.get(0, 0) + dropped.get(1, 0) <= 2, result.summary()
+    assert max(result.staleness["updates"]) == 0, "a gradient was applied to a version it was not computed on"
+
+
+def test_step_delays_are_seeded_and_hit_about_the_given_share_of_steps():
+    from scaleforge.paramserver.worker import StepDelays
+
+    first, again = StepDelays(0.01, 0.5, 0.2, seed=7), StepDelays(0.01, 0.5, 0.2, seed=7)
+    delays = [first.next() for _ in range(2000)]
+    assert delays == [again.next() for _ in range(2000)]  # seeded: a run's stragglers are reproducible
+    slow = [d for d in delays if d > 0.01]
+    assert min(delays) == 0.01 and set(slow) == {0.01 + 0.5} and 0.17 <= len(slow) / len(delays) <= 0.23
+    other = StepDelays(0.01, 0.5, 0.2, seed=8)  # the next worker's seed: its own draws
+    assert [other.next() for _ in range(2000)] != delays
 
 
 @pytest.mark.parametrize("override,message", [
@@ -138,10 +197,13 @@ def test_a_restarted_sync_shard_finishes_the_round_whose_ack_died_with_it(ray_cl
     ("workers.num_workers=0", "workers.num_workers: Input should be greater than 0"),
     ("server.optimizer=lamb", "server.optimizer: Input should be 'sgd' or 'adam'"),
     ("model.batch_norm=true", "shares parameters, not BatchNorm statistics"),
+    ("server.backup_workers=1", "server.backup_workers applies to server.mode=sync, not async"),
+    ("server.mode=sync server.backup_workers=2", "server.backup_workers (2) must be smaller than workers.num_workers (2)"),
+    ("workers.transient_delay_probability=0.2", "workers.transient_delay_probability needs workers.transient_delay_s > 0"),
 ])
 def test_bad_input_is_rejected_before_anything_starts(override, message):
     with pytest.raises(ConfigError) as err:
-        load_config(AsyncSGDConfig, CONFIG, [override], preflight=check_runnable)
+        load_config(AsyncSGDConfig, CONFIG, override.split(), preflight=check_runnable)
     assert message in str(err.value)
 
 

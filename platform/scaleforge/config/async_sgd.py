@@ -22,6 +22,9 @@ class ServerSpec(_Section):
     """SSP's s."""
     staleness_aware_lr: bool = False
     """Divide each update's step by its staleness (Zhang et al. 2016)."""
+    backup_workers: NonNegativeInt = 0
+    """Sync only: a round applies the first ``num_workers - backup_workers`` gradients to arrive and drops
+    the rest as late (Chen et al. 2016), so that no round waits for a straggler."""
     optimizer: Literal["sgd", "adam"] = "adam"
     """Optimiser each shard applies to its slice."""
     lr: PositiveFloat = 1e-3
@@ -48,6 +51,11 @@ class WorkerSpec(_Section):
     seed: int = 0
     straggler_delay_s: float = Field(default=0.0, ge=0.0)
     """Extra seconds per step for the last worker (0: no straggler)."""
+    transient_delay_s: float = Field(default=0.0, ge=0.0)
+    """Extra seconds for a step that a transient straggler hits (see ``transient_delay_probability``)."""
+    transient_delay_probability: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Each step of each worker is delayed by ``transient_delay_s`` with this probability, independently
+    (seeded by ``seed``): every worker is sometimes slow."""
     scaling: list[ScalingEvent] = Field(default_factory=list)
     """Add or remove workers while the run trains, e.g. ``[{at_s: 5, workers: 3}]``."""
 
@@ -96,6 +104,13 @@ class AsyncSGDConfig(_Section):
         :func:`scaleforge.paramserver.preflight.check_runnable`'s."""
         if sorted(e.at_s for e in self.workers.scaling) != [e.at_s for e in self.workers.scaling]:
             raise ValueError("workers.scaling events must be in order of at_s")
+        if self.server.backup_workers and self.server.mode != "sync":
+            raise ValueError(f"server.backup_workers applies to server.mode=sync, not {self.server.mode}")
+        if self.server.backup_workers >= self.workers.num_workers:
+            raise ValueError(f"server.backup_workers ({self.server.backup_workers}) must be smaller than "
+                             f"workers.num_workers ({self.workers.num_workers}): a round needs one gradient")
+        if self.workers.transient_delay_probability and not self.workers.transient_delay_s:
+            raise ValueError("workers.transient_delay_probability needs workers.transient_delay_s > 0")
         if self.fault.kill_shard_at_update is not None and not self.server.checkpoint_every:
             raise ValueError("fault.kill_shard_at_update needs server.checkpoint_every > 0 to restore from")
         return self

@@ -24,6 +24,11 @@ class AsyncSGDResult:
     events: list[dict[str, Any]] = field(default_factory=list)
     startup_s: float = 0.0
     """Seconds from the start of the run until every worker was up (not counted in ``wall_s``)."""
+    dropped: list[dict[int, int]] = field(default_factory=list)
+    """Per shard, the gradients each worker pushed after their round was applied (sync with backup
+    workers): dropped, never applied."""
+    num_workers: int = 0
+    """Workers at the start (scaling events change it)."""
     artifact: Union[Path, str] = None
     summary_path: Union[Path, str] = None
     plot_path: Union[Path, str] = None
@@ -36,11 +41,23 @@ class AsyncSGDResult:
             f"({self.updates / self.wall_s:.1f} updates/s) after {self.startup_s:.1f} s of start-up",
             f"staleness: clock max {clock.max()} (mean {clock.mean():.2f}); updates max {updates.max()} "
             f"(mean {updates.mean():.2f})",
+            *(f"dropped as late (shard {i}, by worker): {d}" for i, d in enumerate(self.dropped) if d),
             *(f"event: {e}" for e in self.events),
             f"artifact: {self.artifact}",
             f"summary: {self.summary_path}  plot: {self.plot_path}",
         ])
 
+
+
+def workers_over_time(result: AsyncSGDResult) -> list[tuple[float, int]]:
+    """(seconds, workers training) at the start, at each scaling event and at the end of the run."""
+    count, timeline = result.num_workers, [(0.0, result.num_workers)]
+    for event in result.events:
+        step = {"worker_added": 1, "worker_removed": -1}.get(event["event"])
+        if step:
+            count += step
+            timeline.append((event["seconds"], count))
+    return timeline + [(result.wall_s, count)]
 
 
 def write_report(output: str, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> tuple[Union[Path, str], Union[Path, str]]:
@@ -58,14 +75,24 @@ def write_report(output: str, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> tu
         "updates_per_s": result.updates / result.wall_s,
         "staleness_histogram": {kind: {str(k): int(v) for k, v in zip(*np.unique(values, return_counts=True))}
                                 for kind, values in result.staleness.items()},
-        "events": result.events, "accuracy_over_time": result.curve, "config": cfg.model_dump(mode="json"),
+        "dropped_by_shard": [{str(w): n for w, n in d.items()} for d in result.dropped],
+        "events": result.events, "workers_over_time": workers_over_time(result),
+        "accuracy_over_time": result.curve, "config": cfg.model_dump(mode="json"),
     }
     summary_path = write_atomic(join(output, f"summary_{mode}.json"), json.dumps(summary, indent=2) + "\n")
     figure, axis = plt.subplots(figsize=(6, 4))
     axis.plot([p["seconds"] for p in result.curve], [p["test_accuracy"] for p in result.curve], marker=".", label=mode)
     axis.set(xlabel="wall-clock (s)", ylabel="test accuracy", title=f"Parameter server, {mode}")
     axis.grid(alpha=0.3)
-    axis.legend()
+    timeline = workers_over_time(result)
+    if len({n for _, n in timeline}) > 1:  # the workers changed while training: show when
+        workers_axis = axis.twinx()
+        workers_axis.step([t for t, _ in timeline], [n for _, n in timeline], where="post", color="tab:orange",
+                          label="workers")
+        workers_axis.set_ylabel("workers training")
+        workers_axis.set_ylim(0, max(n for _, n in timeline) + 1)
+        workers_axis.legend(loc="lower right")
+    axis.legend(loc="upper left")
     plot_path = write_atomic(join(output, f"accuracy_{mode}.png"),
                              lambda out: figure.savefig(out, format="png", dpi=100, bbox_inches="tight"))
     plt.close(figure)

@@ -19,7 +19,7 @@ from scaleforge.paramserver.layout import InitialSlice, ParamLayout
 from scaleforge.paramserver.outbox import remove_buffers
 from scaleforge.paramserver.report import AsyncSGDResult, write_report
 from scaleforge.paramserver.shard import ParameterShard
-from scaleforge.paramserver.worker import AsyncWorker
+from scaleforge.paramserver.worker import AsyncWorker, StepDelays
 from scaleforge.runtime import ensure_ray
 
 
@@ -77,7 +77,8 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
     output = storage.normalize(cfg.run.output_dir)
     options = dict(optimizer=server.optimizer, lr=server.lr, momentum=server.momentum, mode=server.mode,
                    num_workers=workers_cfg.num_workers, staleness_bound=server.staleness_bound,
-                   staleness_aware_lr=server.staleness_aware_lr, checkpoint_dir=storage.join(output, "checkpoints"),
+                   staleness_aware_lr=server.staleness_aware_lr, backup_workers=server.backup_workers,
+                   checkpoint_dir=storage.join(output, "checkpoints"),
                    checkpoint_every=server.checkpoint_every)
     initial_slices = [InitialSlice(cfg.model.model_dump(mode="json"), workers_cfg.seed, info.input_dim, info.num_classes,
                                    a, b) for a, b in ranges]
@@ -102,8 +103,9 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
         return AsyncWorker.options(num_cpus=1, **placement).remote(
             i, cfg.model.model_dump(mode="json"), info.input_dim, info.num_classes, data.x[rows],
             data.y[rows], workers_cfg.batch_size, workers_cfg.seed + i, shards, ranges,
-            workers_cfg.straggler_delay_s if i == workers_cfg.num_workers - 1 else 0.0, die_at_step, run_token,
-            cfg.server.mode,
+            StepDelays(workers_cfg.straggler_delay_s if i == workers_cfg.num_workers - 1 else 0.0,
+                       workers_cfg.transient_delay_s, workers_cfg.transient_delay_probability, workers_cfg.seed + i),
+            die_at_step, run_token, cfg.server.mode,
         )
 
     workers += [start_worker(i, cfg.fault.kill_worker_at_step if i == 0 else None)
@@ -157,7 +159,8 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
     stats = ray.get([s.stats.remote() for s in shards])
     staleness = {kind: [v for s in stats for v in s["staleness"][kind]] for kind in ("clock", "updates")}
     result = AsyncSGDResult(server.mode, curve[-1]["test_accuracy"], stats[0]["version"], wall, staleness, curve,
-                            events=events + _shard_restarts(stats, reports), startup_s=started - launched)
+                            events=events + _shard_restarts(stats, reports), startup_s=started - launched,
+                            dropped=[s["dropped"] for s in stats], num_workers=workers_cfg.num_workers)
     result.artifact = save_artifact(
         cfg.artifact.dir, model, cfg.model, input_dim=info.input_dim, num_classes=info.num_classes,
         metrics={"test_accuracy": result.test_accuracy},

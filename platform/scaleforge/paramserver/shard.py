@@ -9,6 +9,9 @@ Two staleness measures are recorded for every gradient:
   the parameters were read: how far it ran ahead. SSP bounds it by ``s``; sync keeps it 0.
 - ``updates``: updates applied to this shard between the read and this push (Zhang et al.
   2016's staleness, used by the staleness-aware learning rate).
+
+Sync mode's rounds, and the backup workers that let a round go on without its stragglers, are
+``SyncRounds``'s (``rounds.py``).
 """
 
 import asyncio
@@ -26,6 +29,7 @@ from safetensors.torch import save
 
 from scaleforge.paramserver.layout import InitialSlice
 from scaleforge.paramserver.outbox import RESEND, Inbox, SharedGradient
+from scaleforge.paramserver.rounds import SyncRounds
 from scaleforge.paramserver.window import ParamWindow
 from scaleforge.storage import is_file, join, read_bytes, write_atomic
 
@@ -33,7 +37,7 @@ from scaleforge.storage import is_file, join, read_bytes, write_atomic
 @ray.remote
 class ParameterShard:
     def __init__(self, index: int, init: "np.ndarray | InitialSlice", *, optimizer: str, lr: float, momentum: float, mode: str,
-                 num_workers: int, staleness_bound: int, staleness_aware_lr: bool,
+                 num_workers: int, staleness_bound: int, staleness_aware_lr: bool, backup_workers: int = 0,
                  checkpoint_dir: Optional[str] = None, checkpoint_every: int = 0,
                  die_at_update: Optional[int] = None, run_token: Optional[str] = None):
         self.index, self.mode, self.bound = index, mode, staleness_bound
@@ -61,15 +65,13 @@ class ParameterShard:
             self.optimizer = torch.optim.SGD([self.param], lr=lr, momentum=momentum)
         self.lr, self.staleness_aware_lr = lr, staleness_aware_lr
         # Steps received from each active worker; workers join and leave while a run trains.
-        self.clocks, self.pending = {w: 0 for w in range(num_workers)}, {}
+        self.clocks = {w: 0 for w in range(num_workers)}
+        self.rounds = SyncRounds(backup_workers)
         self.staleness: dict[str, list[int]] = {"clock": [], "updates": []}
         self.changed = asyncio.Condition()
         self.checkpoint_path = join(checkpoint_dir, f"shard{index}.safetensors") if checkpoint_dir else None
         self.checkpoint_every = checkpoint_every
         self.restored_version = self._restore()
-        # Sync mode: the round whose gradients `pending` collects (== version until a restore). After a
-        # restore the workers are further on than the checkpoint: the first pull or push adopts their round.
-        self.round = None if self.incarnation and mode == "sync" else self.version
 
     async def pull(self, worker: int, clock: int, node_id: Optional[str] = None):
         """This shard's slice for ``worker``'s step ``clock`` (a worker on ``node_id``); waits while the mode says so.
@@ -83,12 +85,8 @@ class ParameterShard:
             # The worker has completed `clock` steps; after a restore this shard's count may lag.
             if worker in self.clocks:
                 self.clocks[worker] = max(self.clocks[worker], clock)
-            if self.mode == "sync":  # round `clock` starts once every worker's round clock-1 is applied
-                if self.round is None:  # restored: the rounds since the checkpoint are lost
-                    self.round = clock
-                if self._round_complete():  # this worker's part of the round died with the old process
-                    self._commit(None, 0)
-                await self.changed.wait_for(lambda: self.round >= clock)
+            if self.mode == "sync":  # a worker that gave to this round reads the round's update
+                await self.changed.wait_for(lambda: not self.rounds.waiting(worker))
             elif self.mode == "ssp":  # a worker more than s steps ahead of the slowest waits
                 await self.changed.wait_for(lambda: clock - self._slowest() <= self.bound)
             if self.window is not None and node_id == self.window.note.node_id:
@@ -111,18 +109,13 @@ class ParameterShard:
         async with self.changed:
             if worker not in self.clocks:  # a removed worker's last push, still in flight
                 return self.version, self.incarnation
-            if self.mode == "sync":
-                if self.round is None:
-                    self.round = clock
-                if clock < self.round:  # a round lost with a restarted shard: nothing to add it to
-                    return self.version, self.incarnation
+            self.clocks[worker] = max(self.clocks[worker], clock + 1)
+            if self.mode == "sync" and not self.rounds.offer(worker, grad, read_version, self.version):
+                return self.version, self.incarnation  # dropped: its round is over
             self.staleness["clock"].append(clock - read_clock)
             self.staleness["updates"].append(self.version - read_version)
-            self.clocks[worker] = clock + 1
-            if self.mode == "sync":
-                self.pending[worker] = grad
-                if not self._round_complete():
-                    return self.version, self.incarnation
+            if self.mode == "sync" and not self.rounds.complete(self.clocks):
+                return self.version, self.incarnation
             self._commit(grad, self.version - read_version)
             return self.version, self.incarnation
 
@@ -136,22 +129,15 @@ class ParameterShard:
         """Dynamic scaling: ``worker`` stops; a sync round no longer waits for it."""
         async with self.changed:
             self.clocks.pop(worker, None)
-            self.pending.pop(worker, None)
-            if self.mode == "sync" and self._round_complete():
+            self.rounds.forget(worker)
+            if self.mode == "sync" and self.rounds.complete(self.clocks):
                 self._commit(None, 0)
             self.changed.notify_all()
-
-    def _round_complete(self) -> bool:
-        """Sync: every worker has pushed this round, or is already past it. A worker is past a round
-        this shard never committed only after a restart: its push was acknowledged by the process
-        that died, so the round goes on without that gradient."""
-        return bool(self.pending) and all(w in self.pending or c > self.round for w, c in self.clocks.items())
 
     def _commit(self, grad, staleness: int) -> None:
         """Apply one update (sync: the mean of the round's gradients), checkpoint, wake waiters."""
         if self.mode == "sync":
-            grad, self.pending = np.mean(list(self.pending.values()), axis=0), {}
-            self.round += 1
+            grad = self.rounds.take()
         with self._writing():
             self._apply(grad, staleness)
             self.version += 1
@@ -172,7 +158,7 @@ class ParameterShard:
 
     def stats(self) -> dict:
         return {"version": self.version, "restored_version": self.restored_version, "incarnation": self.incarnation,
-                "staleness": self.staleness}
+                "staleness": self.staleness, "dropped": self.rounds.dropped}
 
     def clock_of(self, worker: int) -> int:
         """Steps of ``worker`` this shard has received."""

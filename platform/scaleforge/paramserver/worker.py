@@ -26,6 +26,23 @@ def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int) -> Iterato
             yield torch.from_numpy(x[rows]), torch.from_numpy(y[rows])
 
 
+class StepDelays:
+    """Simulated stragglers: the seconds a worker sleeps after each step's gradient.
+
+    ``persistent_s`` every step (a worker that is always slower); ``transient_s`` with probability
+    ``probability`` at each step, drawn independently per worker and step from ``seed`` (Ho et al.
+    2013's transient stragglers: each worker is sometimes slow).
+    """
+
+    def __init__(self, persistent_s: float = 0.0, transient_s: float = 0.0, probability: float = 0.0, seed: int = 0):
+        self.persistent_s, self.transient_s, self.probability = persistent_s, transient_s, probability
+        self.rng = np.random.default_rng([seed, 0x5EED])
+
+    def next(self) -> float:
+        transient = self.transient_s if self.probability and self.rng.random() < self.probability else 0.0
+        return self.persistent_s + transient
+
+
 def gradient(model: torch.nn.Module, layout: ParamLayout, x: torch.Tensor, y: torch.Tensor,
              out: Optional[np.ndarray] = None) -> tuple[np.ndarray, float]:
     """The flat gradient of the mean cross-entropy on one batch (written into ``out`` when given), and the loss."""
@@ -38,15 +55,19 @@ def gradient(model: torch.nn.Module, layout: ParamLayout, x: torch.Tensor, y: to
 @ray.remote
 class AsyncWorker:
     def __init__(self, index: int, model: dict, input_dim: int, num_classes: int, x: np.ndarray, y: np.ndarray,
-                 batch_size: int, seed: int, shards: list, ranges: list[tuple[int, int]], delay_s: float = 0.0,
-                 die_at_step: Optional[int] = None, run_token: Optional[str] = None, mode: str = "async"):
+                 batch_size: int, seed: int, shards: list, ranges: list[tuple[int, int]],
+                 delays: Optional[StepDelays] = None, die_at_step: Optional[int] = None, run_token: Optional[str] = None, mode: str = "async"):
         torch.set_num_threads(1)
-        self.index, self.shards, self.ranges, self.delay_s = index, shards, ranges, delay_s
+        self.index, self.shards, self.ranges = index, shards, ranges
+        self.delays = delays or StepDelays()
         self.die_at_step = die_at_step
         # Only in async mode does a pull never wait, nor count towards a round or a staleness bound: there
         # the next step's pull may travel with this step's push (Ray runs an async actor's calls in any
         # order, so under sync or ssp a pull overtaking its push could close a round without it).
         self.pull_with_push = mode == "async"
+        # Sync with backup workers: a worker whose gradients were dropped has taken fewer steps than
+        # there were rounds; the run is ``steps`` rounds, so it stops once it reads the last version.
+        self.rounds_bound = mode == "sync"
         # Highest version each shard acknowledged, per shard incarnation: what a shard restart lost.
         self.acked: dict[int, dict[int, int]] = {i: {} for i in range(len(shards))}
         self.model = build_model(MODEL_SPEC.validate_python(model), input_dim, num_classes)
@@ -69,9 +90,13 @@ class AsyncWorker:
             if clock == self.die_at_step:  # injected fault: the whole process dies
                 os.kill(os.getpid(), signal.SIGKILL)
             reads = self._read(pulls or self._request(clock))
+            if self.rounds_bound and min(version for version, _ in reads) >= end:
+                steps = clock - first_clock
+                break
             _, loss = gradient(self.model, self.layout, *next(self.batches), out=self.outbox.buffer)
-            if self.delay_s:  # simulated straggler
-                time.sleep(self.delay_s)
+            delay = self.delays.next()
+            if delay:  # simulated straggler
+                time.sleep(delay)
             pulls = []
             if self.pull_with_push and clock + 1 < end:  # one round trip a step rather than two
                 acks = self.outbox.push(reads, clock, meanwhile=lambda: pulls.extend(self._request(clock + 1)))
@@ -82,7 +107,7 @@ class AsyncWorker:
                 seen[incarnation] = max(seen.get(incarnation, 0), version)
             losses.append(loss)
         return {"worker": self.index, "steps": steps, "seconds": time.perf_counter() - started,
-                "final_loss": float(np.mean(losses[-10:])), "acked": self.acked}
+                "final_loss": float(np.mean(losses[-10:] or [np.nan])), "acked": self.acked}
 
     def _request(self, clock: int) -> list:
         """Ask every shard for its parameters for step ``clock`` (references to the answers)."""
