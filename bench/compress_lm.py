@@ -30,7 +30,7 @@ from training import train  # noqa: E402
 
 from scaleforge.artifacts.servable import load_servable  # noqa: E402
 from scaleforge.compress import run_compression  # noqa: E402
-from scaleforge.compress.data import load_compression_data  # noqa: E402
+from scaleforge.data.in_memory import load_in_memory  # noqa: E402
 from scaleforge.compress.preflight import check_runnable  # noqa: E402
 from scaleforge.config import CompressJobConfig, load_config  # noqa: E402
 
@@ -47,7 +47,7 @@ def main() -> int:
         result = run_compression(cfg)
         report = json.loads((tmp / "out" / "report.json").read_text())
         torch.set_num_threads(cfg.measure.threads)
-        served = load_compression_data(cfg.data).score(load_servable(tmp / "out" / "model").module)
+        served = load_in_memory(cfg.data).score(load_servable(tmp / "out" / "model").module)
     print(f"teacher (train_lm_small.yaml) {teacher.num_parameters:,} parameters, validation bits/byte "
           f"{teacher.metrics['bits_per_byte']:.3f} after {teacher.wall_s:.0f} s; compress_lm.yaml: job wall-clock "
           f"{result.wall_s:.0f} s, bits/byte on {cfg.data.max_validation_bytes or 'all'} bytes of validation text")

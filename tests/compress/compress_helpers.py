@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from scaleforge.artifacts import save_artifact
-from scaleforge.compress.data import load_compression_data
+from scaleforge.data.in_memory import load_in_memory
 from scaleforge.compress.finetune import accuracy, finetune
 from scaleforge.config.compress import FinetuneSpec
 from scaleforge.config.data import TextDataSpec
@@ -54,7 +54,7 @@ TINY_LM = TransformerLMSpec(context=64, d_model=64, num_heads=4, num_layers=2, f
 def train_tiny_lm_teacher(folder: Path, epochs: int = 2) -> Path:
     """A transformer_lm fitted in this process (seconds) on TINY_TEXT, exported as a training run exports one."""
     torch.manual_seed(0)
-    data = load_compression_data(TextDataSpec(**TINY_TEXT))
+    data = load_in_memory(TextDataSpec(**TINY_TEXT))
     model = build_model(TINY_LM, data.info.input_dim, data.info.num_classes)
     fit(model, data.x, data.y, epochs=epochs, batch_size=32, lr=3e-3)
     return save_artifact(folder, model, TINY_LM, input_dim=data.info.input_dim, num_classes=data.info.num_classes,

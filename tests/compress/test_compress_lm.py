@@ -14,7 +14,7 @@ from torch import nn
 from compress_helpers import TINY_LM, TINY_TEXT, one_thread, train_tiny_lm_teacher  # noqa: F401 (a fixture)
 from jobs.compress import main
 from scaleforge.artifacts import load_artifact, load_model, read_manifest, save_artifact
-from scaleforge.compress.data import load_compression_data
+from scaleforge.data.in_memory import load_in_memory
 from scaleforge.compress.steps import ModelState, apply_step
 from scaleforge.config.compress import QuantizeStep
 from scaleforge.config.data import TextDataSpec
@@ -28,7 +28,7 @@ STUDENT = {"name": "transformer_lm", "context": 64, "d_model": 32, "num_heads": 
 
 @pytest.fixture(scope="module")
 def text():
-    return load_compression_data(TextDataSpec(**TINY_TEXT))
+    return load_in_memory(TextDataSpec(**TINY_TEXT))
 
 
 @pytest.fixture(scope="module")

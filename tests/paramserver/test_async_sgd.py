@@ -245,3 +245,24 @@ def test_a_run_the_cluster_cannot_place_fails_clearly_and_frees_what_it_reserved
     while ray.available_resources().get("CPU", 0) < total and time.time() < deadline:
         time.sleep(0.2)
     assert ray.available_resources().get("CPU", 0) == total
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_the_language_model_trains_on_parameter_servers_below_the_unigram_entropy(ray_cluster, tmp_path, mode):
+    """The decoder of ``train_lm_tiny.yaml`` as one flat vector over 2 shards: after one epoch (76 steps a
+    worker) it predicts the validation bytes better than their unigram entropy, the best a model
+    without context does."""
+    from scaleforge.artifacts import load_model
+    from scaleforge.data.in_memory import load_in_memory
+    from scaleforge.text.tokenizer import unigram_bits_per_byte
+
+    cfg = load_config(AsyncSGDConfig, REPO / "configs/async_sgd_lm.yaml", [
+        f"run.output_dir={tmp_path / 'out'}", f"artifact.dir={tmp_path / 'artifact'}", f"server.mode={mode}",
+        "data.max_train_bytes=154000", "data.max_validation_bytes=30000"], preflight=check_runnable)
+    result = run_async_sgd(cfg)  # 2,406 windows of 64 bytes, half a worker
+    data = load_in_memory(cfg.data)
+    corpus = np.concatenate([data.x.ravel(), data.x_test.ravel()]).astype(np.uint8).tobytes()
+    unigram = unigram_bits_per_byte(corpus)
+    assert 4.0 < unigram < 5.5, unigram  # Python source: mostly spaces and lower-case letters
+    assert result.metric == "bits_per_byte" and result.score < unigram - 0.5, result.summary()
+    assert result.score == pytest.approx(data.score(load_model(result.artifact)), abs=1e-6)

@@ -23,7 +23,7 @@ class StepRecord:
     parameters: int
     bytes: int
     metric: str
-    """What ``score`` is: ``accuracy`` or ``bits_per_byte`` (see :mod:`scaleforge.compress.data`)."""
+    """What ``score`` is: ``accuracy`` or ``bits_per_byte`` (see :mod:`scaleforge.data.in_memory`)."""
     score: float
     latency_ms: dict[int, float] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)

@@ -20,7 +20,7 @@ from pydantic import TypeAdapter
 
 from scaleforge import storage
 from scaleforge.artifacts import load_artifact, load_model, read_manifest, save_artifact
-from scaleforge.compress.data import CompressionData, load_compression_data
+from scaleforge.data.in_memory import InMemoryData, load_in_memory
 from scaleforge.compress.distill import distill
 from scaleforge.compress.measure import StepRecord, example_input, folder_bytes, latency_table
 from scaleforge.config.compress import CompressJobConfig, Step
@@ -60,7 +60,7 @@ def run_compression(cfg: CompressJobConfig) -> CompressionResult:
     torch.set_num_threads(cfg.measure.threads)
     out, teacher_path = storage.normalize(cfg.output), storage.normalize(cfg.teacher)
     teacher = load_artifact(teacher_path)
-    data = load_compression_data(cfg.data)
+    data = load_in_memory(cfg.data)
     if teacher.manifest.get("dataset", {}).get("fingerprint") not in (None, data.fingerprint):
         raise ValueError(f"data: {cfg.data.source} differs from the data the teacher was trained on "
                          f"(fingerprint {teacher.manifest['dataset']['fingerprint'][:19]}...)")
@@ -81,7 +81,7 @@ def run_compression(cfg: CompressJobConfig) -> CompressionResult:
     return CompressionResult(final, report, out, time.perf_counter() - started)
 
 
-def _run_recipe(cfg: CompressJobConfig, teacher, data: CompressionData,
+def _run_recipe(cfg: CompressJobConfig, teacher, data: InMemoryData,
                 folder: str) -> list[tuple[str, str, str, dict]]:
     """Each recipe step starts from the previous step's model; every step's output is an artifact."""
     state = ModelState(teacher.model, MODEL_SPEC.validate_python(teacher.manifest["model"]),
@@ -119,7 +119,7 @@ def _sweep_point(step_json: dict, teacher_path: str, data_json: dict, target: st
     """One sweep setting, in its own Ray task: the step applied to the teacher, saved as an artifact."""
     torch.set_num_threads(1)
     step, teacher = _STEP.validate_python(step_json), load_artifact(teacher_path)
-    data = load_compression_data(_DATA.validate_python(data_json))
+    data = load_in_memory(_DATA.validate_python(data_json))
     state = ModelState(teacher.model, MODEL_SPEC.validate_python(teacher.manifest["model"]),
                        list(teacher.manifest.get("architecture", [])))
     state, details = apply_step(step, state, data)
@@ -151,7 +151,7 @@ def _gather_sweeps(tasks: dict[str, list]) -> dict[str, list]:
     return results
 
 
-def _measure(entries: list[tuple[str, str, str, dict]], data: CompressionData,
+def _measure(entries: list[tuple[str, str, str, dict]], data: InMemoryData,
              cfg: CompressJobConfig) -> list[StepRecord]:
     """Every model loaded through the serving loader, then timed side by side (round-robin)."""
     models = {name: load_model(path) for name, _, path, _ in entries}
@@ -163,7 +163,7 @@ def _measure(entries: list[tuple[str, str, str, dict]], data: CompressionData,
             for name, step, path, details in entries]
 
 
-def _save(target: str, state: ModelState, teacher_manifest: dict, data: CompressionData, compression: dict) -> Path:
+def _save(target: str, state: ModelState, teacher_manifest: dict, data: InMemoryData, compression: dict) -> Path:
     return save_artifact(
         target, state.model, state.spec, input_dim=data.info.input_dim, num_classes=data.info.num_classes,
         metrics=data.metrics(state.model), dataset=teacher_manifest.get("dataset"),

@@ -4,9 +4,9 @@ from typing import Literal, Optional
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from scaleforge.config.data import DataSpec
+from scaleforge.config.data import DataSpec, TrainDataSpec
 from scaleforge.config.models import CNN1dSpec, ModelSpec
-from scaleforge.config.schema import ArtifactSpec, _Section
+from scaleforge.config.schema import ArtifactSpec, _Section, check_task
 from scaleforge.config.storage_root import storage_layout
 
 
@@ -66,7 +66,7 @@ class PSRunSpec(_Section):
     eval_every_s: PositiveFloat = 1.0
     """Wall-clock seconds between test-accuracy measurements."""
     stop_at_accuracy: Optional[float] = Field(default=None, gt=0.0, le=1.0)
-    """Stop as soon as a measurement reaches this test accuracy (time-to-accuracy runs)."""
+    """Stop as soon as a measurement reaches this test accuracy (time-to-accuracy runs; classifiers)."""
     placement_timeout_s: PositiveFloat = 300.0
     """How long to wait for the cluster to fit the run's placement group (an autoscaler may be adding
     nodes) before failing with the resources it lacks."""
@@ -88,7 +88,8 @@ class AsyncSGDConfig(_Section):
     """The job's storage root, a folder or a URI every node reaches (``s3://bucket/scaleforge``): a path
     the config leaves out or gives relative goes under it, ``run.output_dir`` to ``{storage}/async_sgd``
     and ``artifact.dir`` to ``{storage}/artifacts/async_sgd``."""
-    data: DataSpec = Field(default_factory=DataSpec)
+    data: TrainDataSpec = Field(default_factory=DataSpec)
+    """Arrays of examples and labels, or (``kind: text``) text for a language model (``transformer_lm``)."""
     model: ModelSpec = Field(default_factory=lambda: CNN1dSpec(batch_norm=False))
     server: ServerSpec = Field(default_factory=ServerSpec)
     workers: WorkerSpec = Field(default_factory=WorkerSpec)
@@ -104,6 +105,10 @@ class AsyncSGDConfig(_Section):
         :func:`scaleforge.paramserver.preflight.check_runnable`'s."""
         if sorted(e.at_s for e in self.workers.scaling) != [e.at_s for e in self.workers.scaling]:
             raise ValueError("workers.scaling events must be in order of at_s")
+        check_task(self.data, self.model)
+        if self.data.kind == "text" and self.run.stop_at_accuracy is not None:
+            raise ValueError("run.stop_at_accuracy applies to a classifier; a language model is scored in "
+                             "validation bits per byte")
         if self.server.backup_workers and self.server.mode != "sync":
             raise ValueError(f"server.backup_workers applies to server.mode=sync, not {self.server.mode}")
         if self.server.backup_workers >= self.workers.num_workers:

@@ -123,6 +123,16 @@ class ParallelSpec(_Section):
     """Expert-parallel degree (MoE models): each group of ``ep`` workers splits the experts."""
 
 
+def check_task(data, model) -> None:
+    """A language model trains on text, and text trains a language model (any job's ``data`` and ``model``)."""
+    text, language_model = data.kind == "text", model.name == "transformer_lm"
+    if text != language_model:
+        raise ValueError("model.name=transformer_lm trains on data.kind=text" if language_model
+                         else f"data.kind=text trains model.name=transformer_lm, not {model.name}")
+    if text and data.seq_len > model.context:
+        raise ValueError(f"data.seq_len ({data.seq_len}) is above model.context ({model.context})")
+
+
 class TrainJobConfig(_Section):
     """``python -m jobs.train``: training on Ray Train, data, expert or model parallel (``parallel``)."""
 
@@ -164,13 +174,7 @@ class TrainJobConfig(_Section):
         return self
 
     def _check_task(self) -> None:
-        """A language model trains on text, and text trains a language model."""
-        text, language_model = self.data.kind == "text", self.model.name == "transformer_lm"
-        if text != language_model:
-            raise ValueError("model.name=transformer_lm trains on data.kind=text" if language_model
-                             else f"data.kind=text trains model.name=transformer_lm, not {self.model.name}")
-        if text and self.data.seq_len > self.model.context:
-            raise ValueError(f"data.seq_len ({self.data.seq_len}) is above model.context ({self.model.context})")
+        check_task(self.data, self.model)
 
     @property
     def dims(self) -> ParallelDims:

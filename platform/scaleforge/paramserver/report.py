@@ -10,13 +10,16 @@ import numpy as np
 from scaleforge.config.async_sgd import AsyncSGDConfig
 from scaleforge.storage import join, write_atomic
 
+LABELS = {"test_accuracy": "test accuracy", "bits_per_byte": "validation bits/byte"}
+
 
 @dataclass
 class AsyncSGDResult:
     """What a parameter-server run produced."""
 
     mode: str
-    test_accuracy: float
+    score: float
+    """The held-out score at the end: test accuracy, or a language model's validation bits per byte (``metric``)."""
     updates: int
     wall_s: float
     staleness: dict[str, list[int]]
@@ -29,6 +32,14 @@ class AsyncSGDResult:
     workers): dropped, never applied."""
     num_workers: int = 0
     """Workers at the start (scaling events change it)."""
+    metric: str = "test_accuracy"
+    """``test_accuracy`` or ``bits_per_byte``: the key of ``score`` in each point of ``curve``."""
+
+    @property
+    def test_accuracy(self) -> float:
+        if self.metric != "test_accuracy":
+            raise AttributeError(f"a language model's run is scored in {self.metric}, not test accuracy")
+        return self.score
     artifact: Union[Path, str] = None
     summary_path: Union[Path, str] = None
     plot_path: Union[Path, str] = None
@@ -37,7 +48,7 @@ class AsyncSGDResult:
         clock = np.array(self.staleness["clock"]) if self.staleness["clock"] else np.zeros(1)
         updates = np.array(self.staleness["updates"]) if self.staleness["updates"] else np.zeros(1)
         return "\n".join([
-            f"[{self.mode}] test accuracy {self.test_accuracy:.4f}; {self.updates} updates in {self.wall_s:.1f} s "
+            f"[{self.mode}] {LABELS[self.metric]} {self.score:.4f}; {self.updates} updates in {self.wall_s:.1f} s "
             f"({self.updates / self.wall_s:.1f} updates/s) after {self.startup_s:.1f} s of start-up",
             f"staleness: clock max {clock.max()} (mean {clock.mean():.2f}); updates max {updates.max()} "
             f"(mean {updates.mean():.2f})",
@@ -70,7 +81,7 @@ def write_report(output: str, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> tu
 
     mode = result.mode
     summary: dict[str, Any] = {
-        "mode": mode, "test_accuracy": result.test_accuracy, "updates": result.updates, "wall_s": result.wall_s,
+        "mode": mode, result.metric: result.score, "updates": result.updates, "wall_s": result.wall_s,
         "startup_s": result.startup_s,
         "updates_per_s": result.updates / result.wall_s,
         "staleness_histogram": {kind: {str(k): int(v) for k, v in zip(*np.unique(values, return_counts=True))}
@@ -81,8 +92,8 @@ def write_report(output: str, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> tu
     }
     summary_path = write_atomic(join(output, f"summary_{mode}.json"), json.dumps(summary, indent=2) + "\n")
     figure, axis = plt.subplots(figsize=(6, 4))
-    axis.plot([p["seconds"] for p in result.curve], [p["test_accuracy"] for p in result.curve], marker=".", label=mode)
-    axis.set(xlabel="wall-clock (s)", ylabel="test accuracy", title=f"Parameter server, {mode}")
+    axis.plot([p["seconds"] for p in result.curve], [p[result.metric] for p in result.curve], marker=".", label=mode)
+    axis.set(xlabel="wall-clock (s)", ylabel=LABELS[result.metric], title=f"Parameter server, {mode}")
     axis.grid(alpha=0.3)
     timeline = workers_over_time(result)
     if len({n for _, n in timeline}) > 1:  # the workers changed while training: show when

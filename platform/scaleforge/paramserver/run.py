@@ -13,7 +13,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from scaleforge import storage
 from scaleforge.artifacts import save_artifact
 from scaleforge.config.async_sgd import AsyncSGDConfig
-from scaleforge.data import load_arrays, localized
+from scaleforge.data import localized
+from scaleforge.data.in_memory import METRICS, InMemoryData, load_in_memory
 from scaleforge.models import build_model
 from scaleforge.paramserver.layout import InitialSlice, ParamLayout
 from scaleforge.paramserver.outbox import remove_buffers
@@ -33,7 +34,7 @@ def run_async_sgd(cfg: AsyncSGDConfig) -> AsyncSGDResult:
     server, workers_cfg = cfg.server, cfg.workers
     launched = time.perf_counter()
     ensure_ray(min_cpus=max([workers_cfg.num_workers] + [e.workers for e in workers_cfg.scaling]) + 1)
-    data = load_arrays(cfg.data)
+    data = load_in_memory(cfg.data)
     info = data.info
     torch.manual_seed(workers_cfg.seed)
     model = build_model(cfg.model, info.input_dim, info.num_classes)
@@ -148,7 +149,7 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
             print(f"[{server.mode}] scaled to {target} workers ({len(active)} were training)", flush=True)
         curve.append(_evaluate(shards, layout, model, data, time.perf_counter() - started))
         print(f"[{server.mode}] {curve[-1]['seconds']:6.1f}s  updates {curve[-1]['updates']:6d}  "
-              f"test_acc {curve[-1]['test_accuracy']:.4f}", flush=True)
+              f"{METRICS[data.metric]} {curve[-1][METRICS[data.metric]]:.4f}", flush=True)
         if cfg.run.stop_at_accuracy and curve[-1]["test_accuracy"] >= cfg.run.stop_at_accuracy and running:
             events.append({"seconds": curve[-1]["seconds"], "event": "stopped_at_accuracy",
                            "test_accuracy": curve[-1]["test_accuracy"]})
@@ -158,12 +159,13 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
     wall = time.perf_counter() - started
     stats = ray.get([s.stats.remote() for s in shards])
     staleness = {kind: [v for s in stats for v in s["staleness"][kind]] for kind in ("clock", "updates")}
-    result = AsyncSGDResult(server.mode, curve[-1]["test_accuracy"], stats[0]["version"], wall, staleness, curve,
+    result = AsyncSGDResult(server.mode, curve[-1][METRICS[data.metric]], stats[0]["version"], wall, staleness, curve,
                             events=events + _shard_restarts(stats, reports), startup_s=started - launched,
-                            dropped=[s["dropped"] for s in stats], num_workers=workers_cfg.num_workers)
+                            dropped=[s["dropped"] for s in stats], num_workers=workers_cfg.num_workers,
+                            metric=METRICS[data.metric])
     result.artifact = save_artifact(
         cfg.artifact.dir, model, cfg.model, input_dim=info.input_dim, num_classes=info.num_classes,
-        metrics={"test_accuracy": result.test_accuracy},
+        metrics={result.metric: result.score},
         dataset={"source": localized(cfg.data).source, "fingerprint": data.fingerprint},
         extra={"training": {"job": "async_sgd", "mode": server.mode, "num_shards": server.num_shards,
                             "num_workers": workers_cfg.num_workers}},
@@ -184,21 +186,18 @@ def _shard_restarts(stats: list[dict], reports: list[dict]) -> list[dict]:
     return events
 
 
-def _evaluate(shards, layout: ParamLayout, model, data, seconds: float) -> dict[str, float]:
+def _evaluate(shards, layout: ParamLayout, model, data: InMemoryData, seconds: float) -> dict[str, float]:
     snapshots = ray.get([s.snapshot.remote() for s in shards])
     layout.assign(model, np.concatenate([flat for flat, _ in snapshots]))
-    return {"seconds": seconds, "updates": int(snapshots[0][1]), "test_accuracy": test_accuracy(model, data)}
+    return {"seconds": seconds, "updates": int(snapshots[0][1]), METRICS[data.metric]: held_out_score(model, data)}
 
 
-def test_accuracy(model: torch.nn.Module, data) -> float:
-    """Accuracy on the full test set, on one thread: evaluation runs while workers train and must not
-    take their cores."""
-    model.eval()
+def held_out_score(model: torch.nn.Module, data: InMemoryData) -> float:
+    """Test accuracy, or a language model's validation bits per byte, on the full held-out set and on
+    one thread: evaluation runs while workers train and must not take their cores."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with torch.inference_mode():
-            predicted = model(torch.from_numpy(data.x_test)).argmax(1).numpy()
+        return data.score(model)
     finally:
         torch.set_num_threads(threads)
-    return float((predicted == data.y_test).mean())

@@ -23,7 +23,12 @@ def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int) -> Iterato
         order = rng.permutation(len(y))
         for start in range(0, len(y), batch_size):
             rows = order[start:start + batch_size]
-            yield torch.from_numpy(x[rows]), torch.from_numpy(y[rows])
+            yield _tensor(x[rows]), _tensor(y[rows])
+
+
+def _tensor(rows: np.ndarray) -> torch.Tensor:
+    """Features stay float32; labels and token ids (bytes) become int64, as losses and embeddings take them."""
+    return torch.from_numpy(rows if np.issubdtype(rows.dtype, np.floating) else rows.astype(np.int64))
 
 
 class StepDelays:
@@ -45,9 +50,11 @@ class StepDelays:
 
 def gradient(model: torch.nn.Module, layout: ParamLayout, x: torch.Tensor, y: torch.Tensor,
              out: Optional[np.ndarray] = None) -> tuple[np.ndarray, float]:
-    """The flat gradient of the mean cross-entropy on one batch (written into ``out`` when given), and the loss."""
+    """The flat gradient of the mean cross-entropy on one batch (a language model's: over every next
+    token) written into ``out`` when given, and the loss."""
     model.zero_grad(set_to_none=False)
-    loss = F.cross_entropy(model(x), y)
+    logits = model(x)
+    loss = F.cross_entropy(logits.flatten(0, -2), y.flatten())
     loss.backward()
     return layout.flatten(model, grads=True, out=out), loss.item()
 

@@ -35,6 +35,14 @@ COMPRESSORS = {
 }
 
 
+def unigram_bits_per_byte(data: bytes) -> float:
+    """The entropy of ``data``'s byte frequencies, in bits per byte: what the best model that ignores
+    context scores on the bytes it was fitted to. A language model that learned anything beats it."""
+    counts = np.bincount(np.frombuffer(data, dtype=np.uint8), minlength=256)
+    shares = counts[counts > 0] / counts.sum()
+    return float(-(shares * np.log2(shares)).sum())
+
+
 def compressed_bits_per_byte(data: bytes, compressor: str) -> float:
     """Bits per byte of ``data`` compressed as one stream by ``compressor`` (a key of ``COMPRESSORS``)."""
     if not data:

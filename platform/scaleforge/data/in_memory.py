@@ -1,6 +1,7 @@
-"""The data a compression run holds in memory, and the one number every model is judged by on it:
-a classifier's test accuracy (higher is better), a language model's validation bits per byte
-(lower is better)."""
+"""A dataset held in memory, of either kind, and the one number every model is judged by on it: a
+classifier's test accuracy (higher is better), a language model's validation bits per byte (lower
+is better). For jobs that train or score in a process of their own rather than through Ray Data
+(compression, the parameter server)."""
 
 from dataclasses import dataclass
 from typing import Optional, Union
@@ -18,9 +19,9 @@ METRICS = {"accuracy": "test_accuracy", "bits_per_byte": "bits_per_byte"}
 
 
 @dataclass(frozen=True)
-class CompressionData:
-    """Training rows (fine-tuning, int8 calibration) and held-out rows (scoring): feature rows and
-    labels, or a language model's token windows and their next tokens."""
+class InMemoryData:
+    """Training rows and held-out rows (scoring): feature rows and labels, or a language model's
+    token windows and their next tokens."""
 
     x: np.ndarray
     y: np.ndarray
@@ -50,10 +51,10 @@ class CompressionData:
         return {METRICS[self.metric]: self.score(model)}
 
 
-def load_compression_data(spec: Union[DataSpec, TextDataSpec]) -> CompressionData:
+def load_in_memory(spec: Union[DataSpec, TextDataSpec]) -> InMemoryData:
     """MNIST-1D or a ``.npz`` file, or (``kind: text``) a corpus read and cut into windows, in memory."""
     if spec.kind == "text":
         text = read_text(spec)
-        return CompressionData(*text.train, *text.validation, text.info, text.fingerprint)
+        return InMemoryData(*text.train, *text.validation, text.info, text.fingerprint)
     arrays = load_arrays(spec)
-    return CompressionData(arrays.x, arrays.y, arrays.x_test, arrays.y_test, arrays.info, arrays.fingerprint)
+    return InMemoryData(arrays.x, arrays.y, arrays.x_test, arrays.y_test, arrays.info, arrays.fingerprint)
