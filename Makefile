@@ -54,7 +54,7 @@ bench: install
 			mv bench/results/$$b.out bench/results/$$b.txt; rm -f bench/results/$$b.failed; \
 		else if tail -n 1 bench/results/$$b.out | grep -q '^missed: '; then cp bench/results/$$b.out bench/results/$$b.txt; fi; \
 			mv bench/results/$$b.out bench/results/$$b.failed; failed="$$failed $$b"; fi; done; \
-	$(BIN)/python bench/results_tables.py docs/results.md bench/results; \
+	$(BIN)/python bench/results_tables.py docs/results.md bench/results README.md; \
 	if [ -n "$$failed" ]; then echo "make bench: failed:$$failed (see bench/results/*.failed)" >&2; exit 1; fi
 
 # The config reference, generated from the schemas' field docstrings (tests/tools/test_docs.py fails on drift).

@@ -1,12 +1,16 @@
 """Put each benchmark's latest output into docs/results.md, between its markers.
 
-    python bench/results_tables.py docs/results.md bench/results      # the last step of `make bench`
+    python bench/results_tables.py docs/results.md bench/results README.md     # the last step of `make bench`
 
 For every ``bench/results/<name>.txt`` (what ``make bench`` captured from ``bench/<name>.py``)
 the block between ``<!-- bench:<name> -->`` and ``<!-- /bench:<name> -->`` is replaced with that
 output, the date it was measured (the file's) and the command; a benchmark without a block yet
 gets one at the end of the page. Text outside the markers is kept as it is. The page is replaced
 atomically, so a reader never sees half of it.
+
+Any further page (the README) may quote one row of a benchmark's output inline, between
+``<!-- bench-row:<name>:<start of the row> -->`` and ``<!-- /bench-row -->``: the row of
+``<name>.txt`` that starts so replaces what is between them, so that no measured number is typed by hand.
 """
 
 import datetime
@@ -42,8 +46,22 @@ def update(page: str, name: str, output: str, when: str) -> str:
     return page.rstrip("\n") + f"\n\n{fresh}\n"
 
 
-def main(page_path: str, results_dir: str) -> None:
-    """Rewrite the results page from every ``<name>.txt`` in ``results_dir``."""
+QUOTE = re.compile(r"(<!-- bench-row:(?P<name>[\w-]+):(?P<start>.+?) -->).*?(<!-- /bench-row -->)", re.DOTALL)
+
+
+def quote(page: str, outputs: dict[str, str]) -> str:
+    """``page`` with each quoted row replaced by the row of its benchmark's output that starts so
+    (kept as it is where that benchmark has no output or no such row)."""
+    def row(match: re.Match) -> str:
+        lines = [line.strip() for line in outputs.get(match["name"], "").splitlines()
+                 if line.strip().startswith(match["start"])]
+        return f"{match[1]}`{lines[-1]}`{match[4]}" if lines else match[0]
+    return QUOTE.sub(row, page)
+
+
+def main(page_path: str, results_dir: str, *quoting: str) -> None:
+    """Rewrite the results page from every ``<name>.txt`` in ``results_dir``, and the rows that the
+    ``quoting`` pages quote."""
     page = Path(page_path)
     text = page.read_text() if page.is_file() else HEADER
     results = sorted(Path(results_dir).glob("*.txt"))
@@ -52,7 +70,10 @@ def main(page_path: str, results_dir: str) -> None:
         text = update(text, result.stem, result.read_text(), when)
     write_atomic(page, text)
     print(f"{page}: {len(results)} benchmark tables updated")
+    outputs = {result.stem: result.read_text() for result in results}
+    for other in map(Path, quoting):
+        write_atomic(other, quote(other.read_text(), outputs))
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:])

@@ -1,5 +1,6 @@
 """Parameter-server SGD on real Ray actors: equivalence, the SSP bound, convergence, bad input."""
 
+import json
 import math
 import time
 
@@ -220,6 +221,9 @@ def test_workers_join_and_leave_while_training(ray_cluster, tmp_path, mode):
     added, removed = result.events[0]["seconds"], result.events[1]["seconds"]
     assert 1.5 <= added < removed and removed >= 3.0, result.events  # each change at (or after) its time
     assert result.test_accuracy > 0.3, result.summary()  # training went on after each change (chance: 0.1)
+    summary = json.loads(result.summary_path.read_text())  # the report's timeline, drawn on its plot
+    assert [n for _, n in summary["workers_over_time"]] == [2, 3, 2, 1, 1], summary["workers_over_time"]
+    assert result.plot_path.stat().st_size > 0
 
 
 def test_run_stops_once_the_target_accuracy_is_reached(ray_cluster, tmp_path):

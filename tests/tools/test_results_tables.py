@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 from conftest import REPO
-from bench.results_tables import HEADER, update
+from bench.results_tables import HEADER, quote, update
 
 
 def test_a_block_is_replaced_in_place_and_a_new_one_is_added_at_the_end():
@@ -42,3 +42,13 @@ def test_the_results_page_has_a_table_for_every_benchmark_that_make_bench_runs()
     assert sorted(benches) == scripts, f"make bench runs {benches}, bench/ holds {scripts}"
     for name in benches:
         assert f"<!-- bench:{name} -->" in page and f"<!-- /bench:{name} -->" in page, name
+
+
+def test_a_page_quotes_one_row_of_a_benchmarks_output():
+    page = ("Push: <!-- bench-row:paramserver:a. push + pull -->`old`<!-- /bench-row --> and "
+            "<!-- bench-row:moe:ratio -->`kept`<!-- /bench-row -->.")
+    output = "a. push + pull table header\nx\n  a. push + pull, 10M: ours / docs   2.6x-3.1x   >= 2.5x yes\n"
+    quoted = quote(page, {"paramserver": output})
+    assert "`a. push + pull, 10M: ours / docs   2.6x-3.1x   >= 2.5x yes`" in quoted and "old" not in quoted
+    assert "`kept`" in quoted  # no output of that benchmark: left as it is
+    assert quote(quoted, {"paramserver": output}) == quoted
