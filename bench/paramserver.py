@@ -496,7 +496,7 @@ def stragglers() -> list:
             spread = "-".join(_seconds(x) for x in (min(r["seconds"] for r in best[name]["runs"]),
                                                     max(r["seconds"] for r in best[name]["runs"])))
             rows.append((f"c. {scenario} straggler: {name} / sync, time to {TARGET:.2f}",
-                         f"{best[name]['seconds']:.1f} / {sync:.1f} s = {ratio:.2f} (seeds {spread} s)",
+                         f"{best[name]['seconds']:.1f} / {sync:.1f} s = {ratio:.2f} (seeds {spread})",
                          f"<= {bar}", ratio <= bar))
             if to_the_end:
                 gap = best["sync"]["final"] - best[name]["final"]

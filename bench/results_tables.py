@@ -53,7 +53,7 @@ def quote(page: str, outputs: dict[str, str]) -> str:
     """``page`` with each quoted row replaced by the row of its benchmark's output that starts so
     (kept as it is where that benchmark has no output or no such row)."""
     def row(match: re.Match) -> str:
-        lines = [line.strip() for line in outputs.get(match["name"], "").splitlines()
+        lines = [re.sub(r"\s{2,}", "  ", line.strip()) for line in outputs.get(match["name"], "").splitlines()
                  if line.strip().startswith(match["start"])]
         return f"{match[1]}`{lines[-1]}`{match[4]}" if lines else match[0]
     return QUOTE.sub(row, page)
