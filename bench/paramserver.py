@@ -58,7 +58,7 @@ c. Stragglers, each kind with the remedy the literature gives it: ``configs/asyn
    split, batch order, initial weights and delays all follow the seed); the median of the 3 seeds
    counts and their spread is printed.
 d. Elastic capacity: async on 2 workers, 4 from 4 s, 1 from 10 s, each worker's 8 epochs; the
-   report's plot (copied to ``bench/results/paramserver_elastic.png``) draws the workers over
+   report's plot (copied to ``docs/paramserver_elastic.png``) draws the workers over
    accuracy.
 
 Targets: a. at 10M parameters, ours / the documentation's >= 2.5x in every one of ``--runs`` runs
@@ -521,7 +521,7 @@ def elastic() -> list:
                     "workers.scaling=[{at_s: 4, workers: 4}, {at_s: 10, workers: 1}]")
     with contextlib.redirect_stdout(sys.stderr):
         result = run_async_sgd(cfg)
-    plot = ROOT / "bench/results/paramserver_elastic.png"
+    plot = ROOT / "docs/paramserver_elastic.png"
     plot.parent.mkdir(parents=True, exist_ok=True)
     plot.write_bytes(Path(result.plot_path).read_bytes())
     timeline = workers_over_time(result)
