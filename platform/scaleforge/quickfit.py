@@ -35,7 +35,7 @@ def fit(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int, batch_si
     """
     if epochs == 0:
         return model
-    inputs, labels = _inputs(x), torch.as_tensor(y, dtype=torch.int64)
+    inputs, labels = as_inputs(x), torch.as_tensor(y, dtype=torch.int64)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     steps = epochs * -(-len(inputs) // batch_size)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, lr, total_steps=steps) if one_cycle else None
@@ -68,13 +68,13 @@ def bits_per_byte(model: nn.Module, x: np.ndarray, y: np.ndarray, bytes_per_toke
     """A language model's cross-entropy over every next token of ``(x, y)`` ([windows, tokens] each),
     in bits per byte of text: nats summed over the tokens, per token, / ln 2, / bytes per token."""
     model.eval()
-    inputs, labels = _inputs(x), torch.as_tensor(y, dtype=torch.int64)
+    inputs, labels = as_inputs(x), torch.as_tensor(y, dtype=torch.int64)
     nats = sum(F.cross_entropy(model(chunk).flatten(0, -2), target.flatten(), reduction="sum").item()
                for chunk, target in zip(inputs.split(batch_size), labels.split(batch_size)))
     return nats / labels.numel() / math.log(2) / bytes_per_token
 
 
-def _inputs(x: np.ndarray) -> torch.Tensor:
+def as_inputs(x: np.ndarray) -> torch.Tensor:
     """Token ids stay integers (an embedding looks them up); features become float32."""
     return torch.as_tensor(x, dtype=torch.int64 if np.issubdtype(x.dtype, np.integer) else torch.float32)
 

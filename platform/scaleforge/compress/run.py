@@ -20,7 +20,6 @@ from pydantic import TypeAdapter
 
 from scaleforge import storage
 from scaleforge.artifacts import load_artifact, load_model, read_manifest, save_artifact
-from scaleforge.data.in_memory import InMemoryData, load_in_memory
 from scaleforge.compress.distill import distill
 from scaleforge.compress.measure import StepRecord, example_input, folder_bytes, latency_table
 from scaleforge.config.compress import CompressJobConfig, Step
@@ -28,6 +27,7 @@ from scaleforge.config.data import TrainDataSpec
 from scaleforge.compress.report import slim_sentence, write_report
 from scaleforge.compress.steps import ModelState, apply_step
 from scaleforge.data import localized
+from scaleforge.data.in_memory import InMemoryData, load_in_memory
 from scaleforge.models import MODEL_SPEC
 from scaleforge.runtime import ensure_ray
 

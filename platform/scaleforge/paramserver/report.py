@@ -34,15 +34,15 @@ class AsyncSGDResult:
     """Workers at the start (scaling events change it)."""
     metric: str = "test_accuracy"
     """``test_accuracy`` or ``bits_per_byte``: the key of ``score`` in each point of ``curve``."""
+    artifact: Union[Path, str] = None
+    summary_path: Union[Path, str] = None
+    plot_path: Union[Path, str] = None
 
     @property
     def test_accuracy(self) -> float:
         if self.metric != "test_accuracy":
             raise AttributeError(f"a language model's run is scored in {self.metric}, not test accuracy")
         return self.score
-    artifact: Union[Path, str] = None
-    summary_path: Union[Path, str] = None
-    plot_path: Union[Path, str] = None
 
     def summary(self) -> str:
         clock = np.array(self.staleness["clock"]) if self.staleness["clock"] else np.zeros(1)

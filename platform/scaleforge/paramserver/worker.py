@@ -14,6 +14,7 @@ from scaleforge.models import MODEL_SPEC, build_model
 from scaleforge.paramserver.layout import ParamLayout
 from scaleforge.paramserver.outbox import Outbox
 from scaleforge.paramserver.window import SharedSlice, WindowReader
+from scaleforge.quickfit import as_inputs
 
 
 def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -23,12 +24,7 @@ def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int) -> Iterato
         order = rng.permutation(len(y))
         for start in range(0, len(y), batch_size):
             rows = order[start:start + batch_size]
-            yield _tensor(x[rows]), _tensor(y[rows])
-
-
-def _tensor(rows: np.ndarray) -> torch.Tensor:
-    """Features stay float32; labels and token ids (bytes) become int64, as losses and embeddings take them."""
-    return torch.from_numpy(rows if np.issubdtype(rows.dtype, np.floating) else rows.astype(np.int64))
+            yield as_inputs(x[rows]), torch.as_tensor(y[rows], dtype=torch.int64)
 
 
 class StepDelays:
@@ -63,7 +59,8 @@ def gradient(model: torch.nn.Module, layout: ParamLayout, x: torch.Tensor, y: to
 class AsyncWorker:
     def __init__(self, index: int, model: dict, input_dim: int, num_classes: int, x: np.ndarray, y: np.ndarray,
                  batch_size: int, seed: int, shards: list, ranges: list[tuple[int, int]],
-                 delays: Optional[StepDelays] = None, die_at_step: Optional[int] = None, run_token: Optional[str] = None, mode: str = "async"):
+                 delays: Optional[StepDelays] = None, die_at_step: Optional[int] = None,
+                 run_token: Optional[str] = None, mode: str = "async"):
         torch.set_num_threads(1)
         self.index, self.shards, self.ranges = index, shards, ranges
         self.delays = delays or StepDelays()
