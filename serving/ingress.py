@@ -25,7 +25,7 @@ from scaleforge.config.serve import AuthSpec, ServeArgs
 from scaleforge.deploy import ModelInfo
 from serving.cascade import CascadeRouter
 from serving.metrics import RoutingMetrics
-from serving.models import CoalescingClient, InIngressModel, logits_tensor
+from serving.models import CoalescingClient, InIngressModel, logits_tensor, predict
 from serving.moe import MoERouter
 from serving.protocol import (InferRequest, ProtocolError, V2Response, infer_response, model_metadata,
                               parse_infer_request)
@@ -118,7 +118,7 @@ async def _protocol_error(request: Request, err: ProtocolError) -> JSONResponse:
 class V2Ingress:
     """Validates requests, checks the token, and hands each to its model, cascade or MoE router."""
 
-    def __init__(self, args: ServeArgs, handles: dict[str, DeploymentHandle], infos: dict[str, ModelInfo]):
+    async def __init__(self, args: ServeArgs, handles: dict[str, DeploymentHandle], infos: dict[str, ModelInfo]):
         self.args, self.infos = args, infos
         self.token = _read_token(args.auth)
         self.handles = handles
@@ -135,6 +135,19 @@ class V2Ingress:
             self.servables[router.name] = MoERouter(router, handles[router.gate], [handles[e] for e in router.experts],
                                                     infos[router.experts[0]].num_classes, metrics)
         _document_served_names(sorted(infos))
+        await self._first_calls()
+
+    async def _first_calls(self) -> None:
+        """One row through every model deployment this replica calls, before it takes requests.
+
+        A handle's first call sets up its routing to the deployment's replicas, and a replica's first
+        forward pass its kernels: seconds on a loaded node. Served requests would pay that, and an
+        MoE router would count an expert slower than ``expert_timeout_s`` as down (CI once answered
+        the first MoE request after ``serving`` with 503, every expert down). The replica is not
+        running until these return, so neither the app's RUNNING status nor a request waits on them.
+        """
+        await asyncio.gather(*(predict(handle, np.zeros((1, self.infos[name].input_dim), np.float32))
+                               for name, handle in self.handles.items()))
 
     @app.get("/v2")
     def server_metadata(self) -> dict:

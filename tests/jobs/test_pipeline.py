@@ -8,8 +8,8 @@ artifact cache of its own, as if each ran on a machine of its own; Serve stays u
 ``--to serve`` and ``--from query`` jobs. Its replicas, placed by the cluster's measured hardware,
 load their artifacts from the bucket through their own node's cache. Afterwards no artifact or
 checkpoint file exists outside the bucket and the caches, and ``jobs.serve`` of the serve config
-in the bucket, from a machine of its own joined to the cluster, serves every app within 4 minutes (it
-redeploys them; with the rest of the suite beside it on 2 cores that has taken more than 2 minutes).
+in the bucket, from a machine of its own joined to the cluster, serves every app within 7 minutes (it
+redeploys them; with the rest of the suite beside it on 2 cores that has taken more than 3 minutes).
 """
 
 import json
@@ -121,7 +121,7 @@ def _ray_job_logs(machines, submission_id: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # 270-470 s on an idle machine; 574 s, still running, when load from outside the suite doubled it
+@pytest.mark.timeout(1500)  # 270-470 s on an idle machine; 846 s in a fresh-clone run on a slow day, the suite beside it
 def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machines):
     root = s3.uri("scaleforge")  # the storage root: the pipeline's output is {root}/pipeline
     out = storage.join(root, "pipeline")
@@ -198,8 +198,8 @@ def _jobs_serve(config: str, env: dict[str, str]) -> None:
     try:
         lines = []
         while not any(line.startswith("serving ") for line in lines):
-            left = 240 - (time.monotonic() - began)
-            assert left > 0 and job.poll() is None, "jobs.serve not serving within 240 s:\n" + "".join(lines)
+            left = 420 - (time.monotonic() - began)
+            assert left > 0 and job.poll() is None, "jobs.serve not serving within 420 s:\n" + "".join(lines)
             if select.select([job.stdout], [], [], left)[0]:
                 lines.append(job.stdout.readline())
         print(f"jobs.serve serving after {time.monotonic() - began:.0f} s")

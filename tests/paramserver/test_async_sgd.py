@@ -103,6 +103,17 @@ def test_a_killed_sync_shard_restores_and_joins_the_workers_round(ray_cluster, t
     assert result.test_accuracy >= 0.7, result.summary()  # trained on to the end: no round waits forever
 
 
+STARTUP_S = 300
+"""How long a new actor process may take to start: minutes when both xdist workers' clusters and the jobs
+they run load this 2-core machine (CI's GetTimeoutError with 30 s). Calls on a started shard keep 30 s."""
+
+
+def _started(shard) -> None:
+    import ray
+
+    ray.get(shard.stats.remote(), timeout=STARTUP_S)
+
+
 def test_a_restarted_sync_shard_finishes_the_round_whose_ack_died_with_it(ray_cluster, tmp_path):
     """The interleaving that once hung CI: worker 0's push of the last round was acknowledged by the
     shard process that then died committing the round; only worker 1's push is retried on the
@@ -113,10 +124,11 @@ def test_a_restarted_sync_shard_finishes_the_round_whose_ack_died_with_it(ray_cl
     from scaleforge.paramserver.shard import ParameterShard
 
     every, die_at = 2, 3
-    shard = ParameterShard.options(max_concurrency=8, max_restarts=1, max_task_retries=-1).remote(
+    shard = ParameterShard.options(num_cpus=0.01, max_concurrency=8, max_restarts=1, max_task_retries=-1).remote(
         0, np.zeros(4, np.float32), optimizer="sgd", lr=0.1, momentum=0.0, mode="sync", num_workers=2,
         staleness_bound=0, staleness_aware_lr=False, checkpoint_dir=str(tmp_path), checkpoint_every=every,
         die_at_update=die_at)
+    _started(shard)
     ones = np.ones(4, np.float32)
     for clock in range(die_at - 1):  # rounds 0 and 1 committed, version 2 checkpointed
         ray.get([shard.pull.remote(w, clock) for w in (0, 1)], timeout=30)
@@ -125,7 +137,8 @@ def test_a_restarted_sync_shard_finishes_the_round_whose_ack_died_with_it(ray_cl
     ray.get(shard.pull.remote(0, last), timeout=30)
     ray.get(shard.pull.remote(1, last), timeout=30)
     ray.get(shard.push.remote(0, ones, last, last, last), timeout=30)  # acknowledged, then lost
-    ray.get(shard.push.remote(1, ones, last, last, last), timeout=60)  # commits version 3, dies; retried
+    # Commits version 3 and dies; retried on a new process (whose start is slow on a loaded machine).
+    ray.get(shard.push.remote(1, ones, last, last, last), timeout=STARTUP_S)
     stats = ray.get(shard.stats.remote(), timeout=30)
     assert (stats["incarnation"], stats["restored_version"]) == (1, every)
     flat, version = ray.get(shard.pull.remote(0, die_at), timeout=30)[:2]  # hung here before the fix
@@ -144,9 +157,10 @@ def test_backup_workers_apply_the_first_gradients_and_drop_the_late_one(ray_clus
 
     from scaleforge.paramserver.shard import ParameterShard
 
-    shard = ParameterShard.options(max_concurrency=8).remote(
+    shard = ParameterShard.options(num_cpus=0.01, max_concurrency=8).remote(
         0, np.zeros(4, np.float32), optimizer="sgd", lr=0.1, momentum=0.0, mode="sync", num_workers=3,
         staleness_bound=0, staleness_aware_lr=False, backup_workers=1)
+    _started(shard)
     reads = ray.get([shard.pull.remote(w, 0) for w in range(3)], timeout=30)
     assert [version for _, version, _ in reads] == [0, 0, 0]
     ones = np.ones(4, np.float32)

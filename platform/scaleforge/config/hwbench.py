@@ -12,6 +12,6 @@ class HWBenchConfig(_Section):
     """Side of the square matrices multiplied on CPUs."""
     gpu_matmul_size: PositiveInt = 8192
     repeats: int = Field(default=5, ge=1, le=100)
-    """Timed repeats per figure (the best is kept), after one warm-up."""
+    """Timed repeats per figure (the best is kept), after one warm-up; fewer once a figure has taken 2 s."""
     output: str = "~/scaleforge/hwbench.json"
     """Where the per-device figures are written (JSON), for placement decisions."""
