@@ -5,7 +5,7 @@
 
 What a user writes first for one machine: each worker process loads the artifact with the same loader
 as Serve (``load_servable``) and runs it on one torch thread, parses the same V2 JSON request
-(``parse_infer_request``) and answers the same V2 JSON, written by orjson (``V2Response``). One request
+(``parse_infer_request``: JSON or binary tensors) and answers as the ingress does (``render``). One request
 is one forward pass on the event loop (no batching across requests: each request is already a batch).
 """
 
@@ -23,7 +23,8 @@ from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
 
 from scaleforge.artifacts.servable import load_servable  # noqa: E402
-from serving.protocol import ProtocolError, V2Response, infer_response, parse_infer_request  # noqa: E402
+from serving.binary import HEADER  # noqa: E402
+from serving.protocol import ProtocolError, infer_response, parse_infer_request, render  # noqa: E402
 
 MAX_BATCH = 1024  # the Serve ingress's default limit (LimitsSpec.max_batch_size)
 
@@ -43,10 +44,10 @@ async def infer(name: str, request: Request):
     if name != name_served:
         return JSONResponse({"error": f"unknown model '{name}'; served: {name_served}"}, status_code=404)
     try:
-        parsed = parse_infer_request(await request.body(), model.input_dim, MAX_BATCH)
+        parsed = parse_infer_request(await request.body(), model.input_dim, MAX_BATCH, request.headers.get(HEADER))
     except ProtocolError as err:
         return JSONResponse({"error": err.message}, status_code=err.status)
     with torch.inference_mode():
         probs = model.module(torch.from_numpy(parsed.x)).softmax(dim=1).numpy()
     outputs = {"class": probs.argmax(axis=1).astype(np.int64), "probabilities": probs}
-    return V2Response(infer_response(name, parsed.id, outputs, parsed.outputs))
+    return render(infer_response(name, parsed.id, outputs, parsed.outputs), parsed)

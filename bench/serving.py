@@ -17,7 +17,9 @@ Throughput, 8 clients:
                         on half of the test split;
   cascade, 2 deployments  the same with the student as a deployment of its own (no bar: shows
                         what the hop costs);
-  uvicorn teacher       the teacher, 2 workers: same loader, V2 parsing and orjson responses.
+  uvicorn teacher       the teacher, 2 workers: same loader, V2 parsing and orjson responses;
+  ..., binary tensors   the cascade and uvicorn with the V2 binary tensor extension both ways
+                        (raw float32 inputs, raw int64/float32 outputs, as tritonclient sends them).
 p50 latency, 1 client, every input answered by the stage-0 model:
   cascade at stage 0    the cascade with ``min_confidence=0``;
   bare stage-0 Serve    one deployment, FastAPI ingress and ``@serve.batch`` as our model deployments;
@@ -61,7 +63,8 @@ from scaleforge.quickfit import fit_and_save  # noqa: E402
 from scaleforge.routing import calibrate_thresholds  # noqa: E402
 from serving.app import build_app  # noqa: E402
 from serving.models import split_like  # noqa: E402
-from serving.protocol import ProtocolError, V2Response, infer_response, parse_infer_request  # noqa: E402
+from serving.binary import HEADER  # noqa: E402
+from serving.protocol import ProtocolError, infer_response, parse_infer_request, render  # noqa: E402
 
 CACHE = Path("~/.cache/scaleforge/serving-bench").expanduser()
 STUDENT = CNN1dSpec(channels=[16, 32], hidden=64, pool=True)
@@ -87,14 +90,14 @@ class BareModel:
         self.model = load_servable(artifact)
 
     @bare_api.post("/v2/models/{name}/infer")
-    async def infer(self, name: str, request: Request) -> V2Response:
+    async def infer(self, name: str, request: Request):
         try:
-            parsed = parse_infer_request(await request.body(), self.model.input_dim, 1024)
+            parsed = parse_infer_request(await request.body(), self.model.input_dim, 1024, request.headers.get(HEADER))
         except ProtocolError as err:
             return JSONResponse({"error": err.message}, status_code=err.status)
         probs = await self.predict(parsed.x)
         outputs = {"class": probs.argmax(axis=1).astype(np.int64), "probabilities": probs}
-        return V2Response(infer_response(name, parsed.id, outputs, None))
+        return render(infer_response(name, parsed.id, outputs, None), parsed)
 
     @serve.batch(max_batch_size=MAX_BATCH_SIZE, batch_wait_timeout_s=BATCH_WAIT_S)
     async def predict(self, batches: list[np.ndarray]) -> list[np.ndarray]:
@@ -108,7 +111,7 @@ def trained(data) -> dict[str, str]:
     for role, spec, epochs in (("student", STUDENT, 6), ("teacher", TEACHER, 3)):
         path = CACHE / role
         if not (path / "manifest.json").is_file():
-            print(f"training the {role} (cached in {path}) ...", flush=True)
+            print(f"training the {role} (cached in {path}) ...", file=sys.stderr, flush=True)
             fit_and_save(path, spec, data, epochs=epochs)
         paths[role] = str(path)
     return paths
@@ -187,13 +190,36 @@ def _wait_ready(url: str, process: subprocess.Popen, timeout_s: float = 120) -> 
         time.sleep(0.05)
 
 
-def bodies(x: np.ndarray, **parameters) -> list[bytes]:
-    return [json.dumps({"inputs": [{"name": "input", "shape": [BATCH, x.shape[1]], "datatype": "FP32",
-                                    "data": x[i:i + BATCH].ravel().tolist()}], "parameters": parameters}).encode()
-            for i in range(0, len(x) - BATCH + 1, BATCH)]
+def bodies(x: np.ndarray, **parameters) -> list[tuple[bytes, dict]]:
+    """Requests of ``BATCH`` rows as V2 JSON, with their headers."""
+    return [(json.dumps({"inputs": [{"name": "input", "shape": [BATCH, x.shape[1]], "datatype": "FP32",
+                                     "data": x[i:i + BATCH].ravel().tolist()}], "parameters": parameters}).encode(),
+             {"content-type": "application/json"}) for i in range(0, len(x) - BATCH + 1, BATCH)]
 
 
-async def drive(url: str, requests: list[bytes], labels: list[np.ndarray], concurrency: int, seconds: float) -> dict:
+def binary_bodies(x: np.ndarray, **parameters) -> list[tuple[bytes, dict]]:
+    """The same requests with the binary tensor extension, every output asked for as binary data."""
+    requests = []
+    for i in range(0, len(x) - BATCH + 1, BATCH):
+        raw = np.ascontiguousarray(x[i:i + BATCH], dtype="<f4").tobytes()
+        header = json.dumps({"inputs": [{"name": "input", "shape": [BATCH, x.shape[1]], "datatype": "FP32",
+                                         "parameters": {"binary_data_size": len(raw)}}],
+                             "parameters": {**parameters, "binary_data_output": True}}).encode()
+        requests.append((header + raw, {"content-type": "application/octet-stream", HEADER: str(len(header))}))
+    return requests
+
+
+def predicted_classes(response: httpx.Response) -> np.ndarray:
+    """The ``class`` output (the first) of a V2 response, JSON or binary."""
+    if HEADER.lower() not in response.headers:
+        return np.asarray(response.json()["outputs"][0]["data"])
+    length = int(response.headers[HEADER])
+    first = json.loads(response.content[:length])["outputs"][0]
+    return np.frombuffer(response.content[length:length + first["parameters"]["binary_data_size"]], "<i8")
+
+
+async def drive(url: str, requests: list[tuple[bytes, dict]], labels: list[np.ndarray], concurrency: int,
+                seconds: float) -> dict:
     """Closed loop: ``concurrency`` clients, each sending its next request when the last returns.
 
     Several clients open a connection per request: uvicorn's workers share one listening socket, and
@@ -201,10 +227,11 @@ async def drive(url: str, requests: list[bytes], labels: list[np.ndarray], concu
     One client keeps its connection. Accuracy counts each distinct request once (inputs weigh alike).
     """
     latencies, correct, failures = [], {}, 0
-    headers = {"content-type": "application/json"} | ({"connection": "close"} if concurrency > 1 else {})
+    closing = {"connection": "close"} if concurrency > 1 else {}
     limits = httpx.Limits(max_connections=concurrency)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        await asyncio.gather(*(client.post(url, content=requests[i], headers=headers) for i in range(concurrency)))
+        await asyncio.gather(*(client.post(url, content=requests[i][0], headers=requests[i][1] | closing)
+                               for i in range(concurrency)))
         deadline = time.perf_counter() + seconds
 
         async def worker(offset: int):
@@ -212,12 +239,13 @@ async def drive(url: str, requests: list[bytes], labels: list[np.ndarray], concu
             index = offset
             while time.perf_counter() < deadline:
                 start = time.perf_counter()
-                response = await client.post(url, content=requests[index % len(requests)], headers=headers)
+                body, headers = requests[index % len(requests)]
+                response = await client.post(url, content=body, headers=headers | closing)
                 latencies.append(time.perf_counter() - start)
                 if response.status_code != 200:
                     failures += 1
                 else:
-                    predicted = np.asarray(response.json()["outputs"][0]["data"])
+                    predicted = predicted_classes(response)
                     correct[index % len(requests)] = int((predicted == labels[index % len(requests)]).sum())
                 index += concurrency
 
@@ -267,6 +295,8 @@ def main() -> int:
                 "cascade (calibrated)": (f"{base}/cascade/v2/models/cascade/infer", bodies(x), c),
                 "cascade, 2 deployments": (f"{base}/cascade-2-deployments/v2/models/cascade/infer", bodies(x), c),
                 "uvicorn teacher": (uvicorn_teacher, bodies(x), c),
+                "cascade, binary tensors": (f"{base}/cascade/v2/models/cascade/infer", binary_bodies(x), c),
+                "uvicorn, binary tensors": (uvicorn_teacher, binary_bodies(x), c),
                 "cascade at stage 0": (f"{base}/cascade/v2/models/cascade/infer", bodies(x, min_confidence=0.0), one),
                 "bare stage-0 Serve": (f"{base}/bare/v2/models/student/infer", bodies(x), one),
                 "uvicorn stage 0": (uvicorn_student, bodies(x), one),
@@ -275,7 +305,7 @@ def main() -> int:
                 for name, (url, requests, clients) in runs.items():
                     result = asyncio.run(drive(url, requests, labels, clients, args.seconds))
                     results.setdefault(name, []).append(result | {"clients": clients})
-                    print(f"  round {round_index + 1} {name:22s} c={clients}: {result['throughput']:7,.0f} inputs/s, "
+                    print(f"  round {round_index + 1} {name:24s} c={clients}: {result['throughput']:7,.0f} inputs/s, "
                           f"p50 {result['p50']:6.1f} ms", flush=True)
     finally:
         ray.shutdown()  # the local cluster and Serve with it
@@ -285,10 +315,10 @@ def main() -> int:
 def report(results: dict[str, list[dict]], args) -> int:
     med = {name: {k: float(np.median([r[k] for r in rs])) for k in rs[0]} for name, rs in results.items()}
     print(f"\nrequests of {BATCH} inputs, {args.seconds:g} s x {args.rounds} rounds (medians)")
-    print(f"{'configuration':22s} {'clients':>7s} {'inputs/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'accuracy':>9s} "
+    print(f"{'configuration':24s} {'clients':>7s} {'inputs/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'accuracy':>9s} "
           f"{'failed':>7s}")
     for name, m in med.items():
-        print(f"{name:22s} {int(m['clients']):7d} {m['throughput']:9,.0f} {m['p50']:8.1f} {m['p99']:8.1f} "
+        print(f"{name:24s} {int(m['clients']):7d} {m['throughput']:9,.0f} {m['p50']:8.1f} {m['p99']:8.1f} "
               f"{m['accuracy']:9.4f} {int(m['failures']):7d}")
     print()
 
@@ -304,7 +334,9 @@ def report(results: dict[str, list[dict]], args) -> int:
         (f"cascade / teacher-only Serve, c={args.concurrency}",
          *ratio("throughput", "cascade (calibrated)", "teacher-only Serve", 1.5, True)),
         (f"cascade / uvicorn teacher, c={args.concurrency}",
-         *ratio("throughput", "cascade (calibrated)", "uvicorn teacher", 1.0, True)),
+         *ratio("throughput", "cascade (calibrated)", "uvicorn teacher", 2.0, True)),
+        (f"cascade / uvicorn teacher, binary tensors, c={args.concurrency}",
+         *ratio("throughput", "cascade, binary tensors", "uvicorn, binary tensors", 2.0, True)),
         ("cascade at stage 0 / bare stage-0 Serve, p50 c=1",
          *ratio("p50", "cascade at stage 0", "bare stage-0 Serve", 1.3, False)),
         ("accuracy, cascade vs teacher (held out)", f"{cascade:.4f} vs {teacher:.4f} ({cascade - teacher:+.4f})",

@@ -14,7 +14,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from ray import serve
 from ray.exceptions import RayActorError
 from ray.serve.exceptions import BackPressureError, ReplicaUnavailableError
@@ -27,8 +27,9 @@ from serving.cascade import CascadeRouter
 from serving.metrics import RoutingMetrics
 from serving.models import CoalescingClient, InIngressModel, logits_tensor, predict
 from serving.moe import MoERouter
-from serving.protocol import (InferRequest, ProtocolError, V2Response, infer_response, model_metadata,
-                              parse_infer_request)
+from serving import binary
+from serving.protocol import (InferRequest, ProtocolError, infer_response, model_metadata, parse_infer_request,
+                              render)
 
 
 class PlainModel:
@@ -178,7 +179,7 @@ class V2Ingress:
 
     @app.post("/v2/models/{name}/infer",
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": _INFER_SCHEMA}}}})
-    async def infer(self, name: str, request: Request) -> V2Response:
+    async def infer(self, name: str, request: Request) -> Response:
         status = "500"
         try:
             response = await self._infer(name, request)
@@ -190,17 +191,18 @@ class V2Ingress:
         finally:  # every answer counts, refusals too (an unknown name is counted as "unknown": bounded tags)
             self.metrics.requests.inc(tags={"model": name if name in self.infos else "unknown", "status": status})
 
-    async def _infer(self, name: str, request: Request) -> V2Response:
+    async def _infer(self, name: str, request: Request) -> Response:
         self._authorize(request)
         info = self._info(name)
         body = await _read_body(request, self.args.limits.max_body_bytes)
-        parsed = parse_infer_request(body, info.input_dim, self.args.limits.max_batch_size)
+        parsed = parse_infer_request(body, info.input_dim, self.args.limits.max_batch_size,
+                                     request.headers.get(binary.HEADER))
         try:
             outputs, summary = await self.servables[name].infer(parsed.x, parsed.parameters)
         except (BackPressureError, RayActorError, ReplicaUnavailableError) as err:
             raise ProtocolError(503, f"model '{name}' is overloaded or unavailable ({type(err).__name__}); "
                                      "retry later") from None
-        return V2Response(infer_response(name, parsed.id, outputs, parsed.outputs, summary))
+        return render(infer_response(name, parsed.id, outputs, parsed.outputs, summary), parsed)
 
     def _info(self, name: str) -> ModelInfo:
         if name not in self.infos:

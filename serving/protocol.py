@@ -1,4 +1,7 @@
-"""The Open Inference Protocol (KServe V2) over JSON: request parsing, validation and responses.
+"""The Open Inference Protocol (KServe V2) over HTTP: request parsing, validation and responses.
+
+Tensors travel as JSON data or, with the binary tensor extension (:mod:`serving.binary`), as raw
+bytes after a JSON header; a request may mix the two, and each output comes back as it was asked for.
 
 Everything a client can get wrong is caught here and raised as :class:`ProtocolError` with the
 HTTP status and a message naming the problem, so the ingress never answers 500 for bad input.
@@ -14,6 +17,8 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
+from serving import binary
+
 PROTOCOL = "v2"
 INPUT_NAME = "input"
 Scalar = Union[bool, int, float, str]
@@ -28,14 +33,15 @@ class ProtocolError(Exception):
 
 
 class RequestInput(BaseModel):
-    """One input tensor of an infer request (JSON tensor data, row-major, flat or nested)."""
+    """One input tensor of an infer request: JSON ``data`` (row-major, flat or nested), or with the
+    binary extension ``parameters.binary_data_size`` bytes after the JSON header."""
 
     model_config = ConfigDict(extra="allow")
 
     name: str
     shape: list[int]
     datatype: str
-    data: Any = Field(json_schema_extra={"type": "array", "items": {}})
+    data: Any = Field(default=None, json_schema_extra={"type": "array", "items": {}})
     parameters: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -67,16 +73,32 @@ class ParsedRequest:
     x: np.ndarray
     parameters: dict[str, Any]
     outputs: Optional[list[str]]
+    binary_outputs: frozenset[str] = frozenset()
+    """Outputs to send as binary data (``parameters.binary_data``)."""
+    all_binary: bool = False
+    """Every output as binary data (the request's ``parameters.binary_data_output``)."""
+
+    def sends_binary(self, output: str) -> bool:
+        return self.all_binary or output in self.binary_outputs
 
 
-def parse_infer_request(body: bytes, input_dim: int, max_batch_size: int) -> ParsedRequest:
-    """Validate a JSON infer request against a model taking [batch, ``input_dim``] FP32.
+def parse_infer_request(body: bytes, input_dim: int, max_batch_size: int,
+                        header_length: Optional[str] = None) -> ParsedRequest:
+    """Validate an infer request against a model taking [batch, ``input_dim``] FP32.
+
+    ``header_length``: the request's ``Inference-Header-Content-Length`` (binary tensors follow
+    that many bytes of JSON), None when it sent none.
 
     Raises:
         ProtocolError: 400 with the reason (not JSON, wrong shape or datatype, non-finite
-            values, empty or oversized batch, malformed parameters).
+            values, empty or oversized batch, malformed parameters, binary data that does not
+            match the header or the shape).
     """
-    request = _decode(body)
+    try:
+        header, blob = binary.split_body(body, header_length)
+    except ValueError as err:
+        raise ProtocolError(400, str(err)) from None
+    request = _decode(header)
     if len(request.inputs) != 1:
         raise ProtocolError(400, f"expected exactly 1 input tensor, got {len(request.inputs)}")
     tensor = request.inputs[0]
@@ -89,9 +111,19 @@ def parse_infer_request(body: bytes, input_dim: int, max_batch_size: int) -> Par
         raise ProtocolError(400, f"input '{tensor.name}': empty batch (shape {tensor.shape})")
     if batch > max_batch_size:
         raise ProtocolError(400, f"input '{tensor.name}': batch of {batch} exceeds the limit of {max_batch_size}")
-    x = _as_matrix(tensor, batch, input_dim)
+    sizes = [t.parameters.get("binary_data_size") for t in request.inputs]
+    if header_length is None and sizes[0] is not None:
+        raise ProtocolError(400, f"input '{tensor.name}': binary_data_size without the {binary.HEADER} "
+                                 "header (it says where the JSON ends and the binary data begins)")
+    try:
+        chunk = binary.split_inputs(sizes, [tensor.name], blob)[0]
+        x = _as_matrix(tensor, batch, input_dim, chunk)
+    except ValueError as err:
+        raise ProtocolError(400, str(err)) from None
     outputs = [o.name for o in request.outputs] or None
-    return ParsedRequest(request.id, x, _check_parameters(request.parameters), outputs)
+    return ParsedRequest(request.id, x, _check_parameters(request.parameters), outputs,
+                         frozenset(o.name for o in request.outputs if o.parameters.get("binary_data") is True),
+                         request.parameters.get("binary_data_output") is True)
 
 
 def _decode(body: bytes) -> InferRequest:
@@ -103,8 +135,8 @@ def _decode(body: bytes) -> InferRequest:
         try:
             raw = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-            raise ProtocolError(400, f"request body is not valid JSON ({err}); the binary tensor extension "
-                                     "is not supported, send JSON tensor data") from None
+            raise ProtocolError(400, f"request body is not valid JSON ({err}); a body with binary tensors "
+                                     f"needs the {binary.HEADER} header") from None
     try:
         return InferRequest.model_validate(raw)
     except ValidationError as err:
@@ -113,14 +145,13 @@ def _decode(body: bytes) -> InferRequest:
         raise ProtocolError(400, f"invalid infer request: {where}: {first['msg']}") from None
 
 
-def _as_matrix(tensor: RequestInput, batch: int, input_dim: int) -> np.ndarray:
-    if not isinstance(tensor.data, list):
-        raise ProtocolError(400, f"input '{tensor.name}': data must be a JSON array of numbers")
-    try:
-        values = np.asarray(tensor.data, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError):
-        raise ProtocolError(400, f"input '{tensor.name}': data must be numbers (flat or nested "
-                                 "row-major arrays)") from None
+def _as_matrix(tensor: RequestInput, batch: int, input_dim: int, chunk: Optional[bytes]) -> np.ndarray:
+    if chunk is not None:
+        if tensor.data is not None:
+            raise ProtocolError(400, f"input '{tensor.name}': both JSON data and binary_data_size; send one")
+        values = binary.decode(chunk, "FP32", batch * input_dim, tensor.name)  # float32 cannot overflow FP32
+    else:
+        values = _json_values(tensor)
     if values.size != batch * input_dim:
         raise ProtocolError(400, f"input '{tensor.name}': shape {tensor.shape} needs {batch * input_dim} values, "
                                  f"data has {values.size}")
@@ -130,6 +161,17 @@ def _as_matrix(tensor: RequestInput, batch: int, input_dim: int) -> np.ndarray:
     if np.abs(values).max() > np.finfo(np.float32).max:
         raise ProtocolError(400, f"input '{tensor.name}': values overflow FP32")
     return values.reshape(batch, input_dim).astype(np.float32)
+
+
+def _json_values(tensor: RequestInput) -> np.ndarray:
+    if not isinstance(tensor.data, list):
+        raise ProtocolError(400, f"input '{tensor.name}': data must be a JSON array of numbers (or, with the "
+                                 "binary tensor extension, parameters.binary_data_size)")
+    try:
+        return np.asarray(tensor.data, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise ProtocolError(400, f"input '{tensor.name}': data must be numbers (flat or nested "
+                                 "row-major arrays)") from None
 
 
 _PARAMETER_TYPES = {"trace": bool, "min_confidence": float, "max_stage": int, "top_k": int}
@@ -160,6 +202,20 @@ class V2Response(Response):
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def render(response: dict[str, Any], request: ParsedRequest) -> Response:
+    """The infer response as JSON, or with the outputs the request asked for as binary data after it."""
+    chunks = []
+    for output in response["outputs"]:
+        if request.sends_binary(output["name"]):
+            chunks.append(binary.encode(output.pop("data"), output["datatype"]))
+            output["parameters"] = {"binary_data_size": len(chunks[-1])}
+    if not chunks:
+        return V2Response(response)
+    header = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
+    return Response(header + b"".join(chunks), media_type="application/octet-stream",
+                    headers={binary.HEADER: str(len(header))})
 
 
 def tensor(name: str, values: np.ndarray) -> dict[str, Any]:

@@ -133,6 +133,81 @@ def test_tritonclient_calls_infer(server, data):
     assert set(result.as_numpy("stage").tolist()) <= {0, 1}
 
 
+@pytest.mark.parametrize("name,outputs", [("cascade", ("class", "probabilities", "stage", "confidence")),
+                                          ("moe", ("class", "probabilities", "experts", "fallback"))])
+def test_tritonclient_binary_tensors_get_the_answers_of_json(server, data, name, outputs):
+    """The binary tensor extension both ways (INT64, FP32 and BOOL outputs), and mixed with JSON: the
+    same answers as an all-JSON request."""
+    client = triton.InferenceServerClient(url=f"127.0.0.1:{server['port']}")
+    x = data["x_test"][:48]
+
+    def call(binary_in: bool, binary_out: bool) -> dict[str, np.ndarray]:
+        tensor = triton.InferInput("input", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x, binary_data=binary_in)
+        wanted = [triton.InferRequestedOutput(o, binary_data=binary_out) for o in outputs]
+        result = client.infer(name, [tensor], outputs=wanted, parameters={"trace": True},
+                              headers={"Authorization": f"Bearer {TOKEN}"})
+        return {o: result.as_numpy(o) for o in outputs}
+
+    as_json = call(False, False)
+    assert as_json["probabilities"].shape == (48, 10) and as_json["probabilities"].dtype == np.float32
+    for binary_in, binary_out in [(True, True), (True, False), (False, True)]:
+        answer = call(binary_in, binary_out)
+        for o in outputs:
+            assert answer[o].dtype == as_json[o].dtype and answer[o].shape == as_json[o].shape, o
+            np.testing.assert_allclose(answer[o], as_json[o], atol=1e-6, err_msg=f"{o}, binary {binary_in, binary_out}")
+    assert (as_json["class"] == data["y_test"][:48]).mean() > 0.8
+
+
+def _binary_body(x: np.ndarray, size: int | None = None, *, shape=None, data=None,
+                 extra: bytes = b"") -> tuple[bytes, str]:
+    """An infer request with ``x`` as binary data and its Inference-Header-Content-Length (``size``,
+    ``shape``: the binary_data_size and shape it claims; ``extra``: bytes sent after the data)."""
+    raw = x.astype("<f4").tobytes()
+    entry = {"name": "input", "shape": list(x.shape if shape is None else shape), "datatype": "FP32",
+             "parameters": {"binary_data_size": len(raw) if size is None else size}}
+    header = json.dumps({"inputs": [entry | ({"data": data} if data is not None else {})]}).encode()
+    return header + raw + extra, str(len(header))
+
+
+def test_bad_binary_payloads_get_a_400_naming_the_problem(server, data):
+    client, x = server["client"], data["x_test"][:4]
+    body, length = _binary_body(x)
+    with_nan = x.copy()
+    with_nan[1, 3] = np.nan
+    cases = [  # (body, Inference-Header-Content-Length, message)
+        (body, "twelve", "Inference-Header-Content-Length must be an integer"),
+        (body, str(len(body) + 1), f"Inference-Header-Content-Length is {len(body) + 1}, but the body has"),
+        (body, str(int(length) - 3), "not valid JSON"),
+        (body, None, "a body with binary tensors needs the Inference-Header-Content-Length header"),
+        (body[:int(length)], None, "binary_data_size without the Inference-Header-Content-Length header"),
+        (*_binary_body(x, 700), "binary_data_size 700 runs past the 640 bytes after the JSON header"),
+        (*_binary_body(x, 320), "320 byte(s) after the JSON header belong to no input"),
+        (*_binary_body(x, extra=b"\0" * 8), "8 byte(s) after the JSON header belong to no input"),
+        (*_binary_body(x[:3], shape=[4, 40]), "480 bytes of binary data, but its shape needs 160 FP32 values"),
+        (*_binary_body(x, data=[0.0] * 160), "both JSON data and binary_data_size"),
+        (*_binary_body(with_nan), "1 value(s) are NaN or infinite"),
+    ]
+    for i, (payload, header_length, message) in enumerate(cases):
+        headers = {"Inference-Header-Content-Length": header_length} if header_length is not None else {}
+        response = client.post("/v2/models/teacher/infer", content=payload, headers=headers)
+        assert response.status_code == 400, (i, response.text)
+        assert message in response.json()["error"], (i, response.json()["error"])
+    # The well-formed body is answered, with its binary outputs after the JSON the header measures.
+    header = json.loads(body[:int(length)])
+    header["outputs"] = [{"name": "class", "parameters": {"binary_data": True}}]
+    header_bytes = json.dumps(header).encode()
+    response = client.post("/v2/models/teacher/infer", content=header_bytes + body[int(length):],
+                           headers={"Inference-Header-Content-Length": str(len(header_bytes))})
+    assert response.status_code == 200, response.text
+    json_length = int(response.headers["Inference-Header-Content-Length"])
+    answer = json.loads(response.content[:json_length])
+    assert answer["outputs"] == [{"name": "class", "shape": [4], "datatype": "INT64",
+                                  "parameters": {"binary_data_size": 32}}]
+    classes = np.frombuffer(response.content[json_length:], "<i8")
+    assert classes.tolist() == output(infer(server, "teacher", x), "class").tolist()
+
+
 def test_cascade_parameters_route_per_input(server, data):
     x = data["x_test"][:200]
     traced = infer(server, "cascade", x, trace=True)
