@@ -110,7 +110,7 @@ def _plot_sparsity(report: dict[str, Any], path: str) -> None:
     axis.axhline(teacher, color="gray", linestyle="--", label="teacher")
     axis.set(xlabel="sparsity (share of weights / channels removed)", ylabel="test accuracy",
              title="Accuracy vs sparsity (after fine-tuning)")
-    axis.legend()
+    axis.legend(loc="best")  # named: matplotlib warns on the console when a defaulted "best" takes over 1 s
     _save_figure(figure, path)
 
 

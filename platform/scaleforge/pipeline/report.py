@@ -86,7 +86,7 @@ def _figure():
 
 
 def _save(plt, figure, axis, path: str) -> None:
-    axis.legend()
+    axis.legend(loc="best")  # named: matplotlib warns on the console when a defaulted "best" takes over 1 s
     write_atomic(path, lambda out: figure.savefig(out, format="png", dpi=100, bbox_inches="tight"))
     plt.close(figure)
 

@@ -26,7 +26,7 @@ def write_loss_curve(location: str, curve: list[dict[str, Any]], history: list[d
                                                         lambda b: b * history[-1]["test_loss"] / history[-1]["bits_per_byte"]))
         bits.set_ylabel("bits per byte")
     axis.grid(alpha=0.3)
-    axis.legend()
+    axis.legend(loc="best")  # named: matplotlib warns on the console when a defaulted "best" takes over 1 s
     figure.tight_layout()
     write_atomic(location, lambda out: figure.savefig(out, format="png", dpi=100))
     plt.close(figure)
