@@ -23,11 +23,11 @@ from ray.serve.handle import DeploymentHandle
 import scaleforge
 from scaleforge.config.serve import AuthSpec, ServeArgs
 from scaleforge.deploy import ModelInfo
+from serving import binary
 from serving.cascade import CascadeRouter
 from serving.metrics import RoutingMetrics
 from serving.models import CoalescingClient, InIngressModel, logits_tensor, predict
 from serving.moe import MoERouter
-from serving import binary
 from serving.protocol import (InferRequest, ProtocolError, infer_response, model_metadata, parse_infer_request,
                               render)
 

@@ -1,5 +1,6 @@
 """The serve stage: the calibrated Serve config, each model placed for this cluster's hardware, deployed."""
 
+import time
 from typing import Optional
 
 import httpx
@@ -9,6 +10,9 @@ from scaleforge.config import ServeConfig, load_config
 from scaleforge.config.serve import ServeArgs
 from scaleforge.pipeline.base import PipelineStage, StageContext
 from scaleforge.pipeline.records import LoadedFrom, Placement, ServeRecord
+
+READY_WITHIN_S = 60.0
+"""How long a recorded endpoint that answers 503 on its ready route is asked again before it is redeployed."""
 
 
 class ServeStage(PipelineStage):
@@ -24,12 +28,21 @@ class ServeStage(PipelineStage):
 
     @classmethod
     def stale(cls, record: ServeRecord) -> Optional[str]:
-        """A recorded endpoint is reused only while it answers ready (apps are deleted when a run ends)."""
-        try:
-            answer = httpx.get(f"{record.url}/v2/health/ready", timeout=5)
-        except httpx.HTTPError as err:
-            return f"{record.url} does not answer ({type(err).__name__})"
-        return None if answer.status_code == 200 else f"{record.url}/v2/health/ready answers {answer.status_code}"
+        """A recorded endpoint is reused only while it answers ready (apps are deleted when a run ends).
+
+        A 503 is asked again for up to ``READY_WITHIN_S``: the ingress gives each model's ready call 2 s,
+        which a running app missed on a loaded machine, and redeploying it costs minutes."""
+        deadline = time.monotonic() + READY_WITHIN_S
+        while True:
+            try:
+                answer = httpx.get(f"{record.url}/v2/health/ready", timeout=5)
+            except httpx.HTTPError as err:
+                return f"{record.url} does not answer ({type(err).__name__})"
+            if answer.status_code == 200:
+                return None
+            if answer.status_code != 503 or time.monotonic() > deadline:
+                return f"{record.url}/v2/health/ready answers {answer.status_code}"
+            time.sleep(1.0)
 
     def run(self, ctx: StageContext) -> ServeRecord:
         from scaleforge.deploy import deploy
