@@ -7,9 +7,9 @@ Its storage is a bucket of a real S3 server. The teacher stage runs as ``make de
 artifact cache of its own, as if each ran on a machine of its own; Serve stays up between the
 ``--to serve`` and ``--from query`` jobs. Its replicas, placed by the cluster's measured hardware,
 load their artifacts from the bucket through their own node's cache. Afterwards no artifact or
-checkpoint file exists outside the bucket and the caches, and ``jobs.serve`` of the serve config
-in the bucket, from a machine of its own joined to the cluster, serves every app within 7 minutes (it
-redeploys them; with the rest of the suite beside it on 2 cores that has taken more than 3 minutes).
+checkpoint file exists outside the bucket and the caches, and ``jobs.serve`` of the serve config the
+serve stage deployed (``serve.placed.yaml`` in the bucket), from a machine of its own joined to the
+cluster, serves every app: Serve finds them running with that config and keeps their replicas.
 """
 
 import json
@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import httpx
 import pytest
@@ -150,7 +151,10 @@ def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machi
     # checks the config and its artifacts through its own cache, and the apps it deploys answer.
     cluster = {**_machine(tmp_path, "jobs-serve"), "RAY_ADDRESS": machines["gcs"], "RAY_AUTH_MODE": "token",
                "RAY_AUTH_TOKEN": machines["token"]}
-    _jobs_serve(storage.join(out, "serve.yaml"), cluster)
+    served_record = json.loads(storage.read_text(storage.join(records, "serve.json")))
+    assert served_record["serve_config"] == storage.join(out, "serve.placed.yaml")
+    replicas = _serve_replicas(machines)
+    _jobs_serve(served_record["serve_config"], cluster, while_serving=lambda: _serve_replicas(machines) == replicas)
     assert "serve: reused" in queried and "[query] cascade: requests" in queried
     assert storage.read_text(manifest) == manifest_before
     assert json.loads(storage.read_text(storage.join(records, "teacher.json")))["artifact"] == teacher
@@ -189,9 +193,19 @@ def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machi
     assert kept == [], kept
 
 
-def _jobs_serve(config: str, env: dict[str, str]) -> None:
-    """``python -m jobs.serve`` of the config the pipeline wrote, on the cluster that ``env`` joins: every
-    app answers at the URL it prints, and Ctrl-C shuts Serve down and stops it quietly."""
+def _serve_replicas(machines) -> set[str]:
+    """The actor ids of the Serve replicas alive on the cluster (``ray list actors``)."""
+    out = subprocess.run([RAY, "list", "actors", "--address", machines["dashboard"], "--filter", "state=ALIVE",
+                          "--limit", "10000", "--format", "json"], cwd=REPO, capture_output=True, text=True,
+                         timeout=120, env=machines["cli"])
+    assert out.returncode == 0, out.stderr
+    return {actor["actor_id"] for actor in json.loads(out.stdout) if actor["class_name"].startswith("ServeReplica:")}
+
+
+def _jobs_serve(config: str, env: dict[str, str], while_serving: Callable[[], bool]) -> None:
+    """``python -m jobs.serve`` of the config the pipeline deployed, on the cluster that ``env`` joins:
+    every app answers at the URL it prints, ``while_serving()`` holds then, and Ctrl-C shuts Serve
+    down and stops it quietly."""
     began = time.monotonic()
     job = subprocess.Popen([sys.executable, "-m", "jobs.serve", "--config", str(config)], cwd=REPO,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -208,6 +222,7 @@ def _jobs_serve(config: str, env: dict[str, str]) -> None:
         for model in ("teacher", "cascade", "moe"):
             answer = httpx.post(f"{url}/v2/models/{model}/infer", json=body, timeout=60)
             assert answer.status_code == 200, (model, answer.text)
+        assert while_serving(), "jobs.serve of the config Serve runs restarted its replicas"
         # Ctrl-C: Serve shut down on the cluster (every app's replicas on three nodes, its proxies and
         # controller), quietly. It has taken over 60 s with the suite's other worker beside it.
         job.send_signal(signal.SIGINT)

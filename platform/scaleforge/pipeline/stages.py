@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 from typing import Any, Union
 
-import yaml
-
 from scaleforge.artifacts import read_manifest
 from scaleforge.config import (AsyncSGDConfig, CalibrateConfig, CompressJobConfig, ServeConfig, TrainJobConfig,
                                load_config)
@@ -17,7 +15,8 @@ from scaleforge.config.pipeline import StageSpec
 from scaleforge.pipeline.base import PipelineStage, StageContext
 from scaleforge.pipeline.records import (AsyncRun, AsyncSGDRecord, CalibrateRecord, CompressRecord, MoEParts,
                                          MoERecord, TrainRecord)
-from scaleforge.storage import join, write_atomic
+from scaleforge.pipeline.serve import write_serve_yaml
+from scaleforge.storage import join
 
 
 class TeacherStage(PipelineStage):
@@ -135,15 +134,7 @@ def write_serve_config(ctx: StageContext) -> Union[Path, str]:
     routers = [r.model_copy(update={"experts": [f"moe-expert-{i}" for i in range(len(experts))]}) for r in app.args.moe]
     args = app.args.model_copy(update={"models": models, "moe": routers})
     cfg = cfg.model_copy(update={"applications": [app.model_copy(update={"args": args}), *cfg.applications[1:]]})
-    return _write_yaml(join(ctx.out, "serve.yaml"), cfg, f"# ray serve config written by jobs.pipeline from {spec.config}\n")
-
-
-def _write_yaml(path: str, cfg: ServeConfig, header: str) -> Union[Path, str]:
-    """The fields that were set (the file reads like the one it came from), validated again first:
-    ``model_copy(update=...)`` runs no validators."""
-    fields = cfg.model_dump(mode="json", exclude_unset=True)
-    ServeConfig.model_validate(fields)
-    return write_atomic(path, header + yaml.safe_dump(fields, sort_keys=False))
+    return write_serve_yaml(join(ctx.out, "serve.yaml"), cfg, f"# ray serve config written by jobs.pipeline from {spec.config}\n")
 
 
 def _plain(value: Any) -> Any:

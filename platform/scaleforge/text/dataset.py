@@ -8,16 +8,17 @@ shard of the windows, so no worker holds the whole corpus.
 """
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-import ray.data
-from ray.data.extensions import ArrowTensorArray
 
 from scaleforge.config.data import TextDataSpec
 from scaleforge.data.sources import DatasetInfo
 from scaleforge.text.corpus import Corpus, load_corpus
 from scaleforge.text.tokenizer import ByteTokenizer
+
+if TYPE_CHECKING:
+    import ray.data
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,12 @@ def read_text(spec: TextDataSpec) -> TextSplits:
                       corpus.fingerprint())
 
 
-def text_datasets(splits: TextSplits) -> dict[str, ray.data.Dataset]:
+def text_datasets(splits: TextSplits) -> "dict[str, ray.data.Dataset]":
     """``train`` and ``test`` (the validation windows) Ray Datasets with columns ``x`` and ``y``."""
+    import pyarrow as pa
+    import ray.data  # here, not at the top: a parameter-server actor reads text windows without Ray Data
+    from ray.data.extensions import ArrowTensorArray
+
     return {name: ray.data.from_arrow(pa.table({"x": ArrowTensorArray.from_numpy(x), "y": ArrowTensorArray.from_numpy(y)}))
             for name, (x, y) in (("train", splits.train), ("test", splits.validation))}
 
