@@ -267,6 +267,7 @@ def test_a_run_the_cluster_cannot_place_fails_clearly_and_frees_what_it_reserved
     assert ray.available_resources().get("CPU", 0) == total
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_the_language_model_trains_on_parameter_servers_below_the_unigram_entropy(ray_cluster, tmp_path, mode):
     """The decoder of ``train_lm_tiny.yaml`` as one flat vector over 2 shards: after one epoch (76 steps a

@@ -29,6 +29,7 @@ def _unigram_bits(data: bytes) -> float:
     return float(-(p * np.log2(p)).sum())
 
 
+@pytest.mark.slow
 def test_lm_tiny_learns_context_and_its_artifact_scores_text_as_reported(ray_cluster, tmp_path, capsys):
     cfg = load_config(TrainJobConfig, REPO / "configs" / "train_lm_tiny.yaml",  # half its bytes, two epochs
                       [f"storage={tmp_path}", "data.max_train_bytes=150000", "optim.epochs=2"])
