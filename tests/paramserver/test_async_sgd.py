@@ -236,6 +236,11 @@ def test_workers_join_and_leave_while_training(ray_cluster, tmp_path, mode):
     assert kinds == [("worker_added", 2), ("worker_removed", 2), ("worker_removed", 1)], result.events
     added, removed = result.events[0]["seconds"], result.events[1]["seconds"]
     assert 1.5 <= added < removed and removed >= 3.0, result.events  # each change at (or after) its time
+    # Training never stood still for a second: a new worker's process start-up once held every sync
+    # round and SSP bound (seconds on a loaded machine); it joins once it is up.
+    for point in result.curve:
+        later = [p for p in result.curve if p["seconds"] >= point["seconds"] + 1.0]
+        assert not later or later[0]["updates"] > point["updates"], ("stalled", point, result.events)
     assert result.test_accuracy > 0.3, result.summary()  # training went on after each change (chance: 0.1)
     summary = json.loads(result.summary_path.read_text())  # the report's timeline, drawn on its plot
     assert [n for _, n in summary["workers_over_time"]] == [2, 3, 2, 1, 1], summary["workers_over_time"]

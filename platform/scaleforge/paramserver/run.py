@@ -116,6 +116,7 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
     started = time.perf_counter()
     running = {w.run.remote(steps): i for i, w in enumerate(workers)}
     curve, reports, events, removed = [], [], [], set()
+    starting: dict = {}  # ready() of each worker added by scaling, until its process is up: its index
     scaling = list(workers_cfg.scaling)
     while running:
         done, _ = ray.wait(list(running), num_returns=len(running), timeout=cfg.run.eval_every_s)
@@ -132,21 +133,29 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
                 print(f"[{server.mode}] worker {index} died at step {clock}; replaced, resuming", flush=True)
                 workers[index] = start_worker(index)
                 running[workers[index].run.remote(steps - clock, first_clock=clock)] = index
-        while scaling and scaling[0].at_s <= time.perf_counter() - started and running:
+        # Scaling steps apply in order, each at (or after) its time and once the workers the one before
+        # added are up.
+        while scaling and scaling[0].at_s <= time.perf_counter() - started and running and not starting:
             target = scaling.pop(0).workers
             active = sorted(i for i in running.values() if i not in removed)  # killed ones may linger
-            for index in range(len(workers), len(workers) + max(0, target - len(active))):
-                clock = ray.get(shards[0].slowest_clock.remote())  # join level with the slowest
-                ray.get([s.join.remote(index, clock) for s in shards])
-                workers.append(start_worker(index))
-                running[workers[index].run.remote(max(1, steps - clock), first_clock=clock)] = index
-                events.append({"seconds": time.perf_counter() - started, "event": "worker_added", "worker": index})
+            added = range(len(workers), len(workers) + max(0, target - len(active)))
+            workers += [start_worker(index) for index in added]
+            starting.update({workers[index].ready.remote(): index for index in added})
             for index in active[::-1][:max(0, len(active) - target)]:
                 removed.add(index)
                 ray.get([s.leave.remote(index) for s in shards])
                 ray.kill(workers[index])
                 events.append({"seconds": time.perf_counter() - started, "event": "worker_removed", "worker": index})
-            print(f"[{server.mode}] scaled to {target} workers ({len(active)} were training)", flush=True)
+            print(f"[{server.mode}] scaling to {target} workers ({len(active)} were training)", flush=True)
+        # A worker joins once its process is up: a sync round or the SSP bound never waits on a
+        # process that is still starting (the others train on meanwhile).
+        up, _ = ray.wait(list(starting), num_returns=len(starting), timeout=0) if starting else ([], [])
+        for ref in up:
+            index = starting.pop(ref)
+            clock = ray.get(shards[0].slowest_clock.remote())  # join level with the slowest
+            ray.get([s.join.remote(index, clock) for s in shards])
+            running[workers[index].run.remote(max(1, steps - clock), first_clock=clock)] = index
+            events.append({"seconds": time.perf_counter() - started, "event": "worker_added", "worker": index})
         curve.append(_evaluate(shards, layout, model, data, time.perf_counter() - started))
         print(f"[{server.mode}] {curve[-1]['seconds']:6.1f}s  updates {curve[-1]['updates']:6d}  "
               f"{METRICS[data.metric]} {curve[-1][METRICS[data.metric]]:.4f}", flush=True)
