@@ -418,6 +418,8 @@ RATES = (0.0015, 0.003, 0.006, 0.012)
 baseline a user would run)."""
 SEEDS = (0, 1, 2)
 
+TRANSIENT_P = 0.2
+"""Transient stragglers: the chance that a step of a worker is SLOWDOWN x slower."""
 SCENARIOS = {
     # scenario: (what it means, the delay as config overrides of the extra seconds, the modes as overrides)
     "persistent": ("3 workers, the last one always 4x slower",
@@ -425,8 +427,8 @@ SCENARIOS = {
                    {"sync": ["server.mode=sync"],
                     "sync, b=1 backup": ["server.mode=sync", "server.backup_workers=1"],
                     "async, staleness-aware lr": ["server.mode=async", "server.staleness_aware_lr=true"]}),
-    "transient": ("3 workers, each step of each worker 4x slower with probability 0.2 (seeded)",
-                  ["workers.transient_delay_s={delay}", "workers.transient_delay_probability=0.2"],
+    "transient": (f"3 workers, each step of each worker 4x slower with probability {TRANSIENT_P} (seeded)",
+                  ["workers.transient_delay_s={delay}", f"workers.transient_delay_probability={TRANSIENT_P}"],
                   {"sync": ["server.mode=sync"],
                    "ssp, s=3": ["server.mode=ssp", "server.staleness_bound=3"]}),
 }
@@ -487,6 +489,8 @@ def stragglers() -> list:
             print(f"   {name:26s} to {TARGET:.2f}: median {statistics.median(r['grads_to_target'] for r in runs):,.0f} "
                   f"gradients at {statistics.median(r['grads_to_target'] / r['seconds'] for r in runs):.0f} gradients/s",
                   flush=True)
+        if to_the_end:
+            _ssp_ceiling(best, step)
         sync = best["sync"]["seconds"]
         for name in modes:
             if name == "sync":
@@ -504,6 +508,25 @@ def stragglers() -> list:
                              f"{best[name]['final']:.4f} vs sync {best['sync']['final']:.4f}",
                              ">= sync - 0.005", gap <= 0.005))
     return rows
+
+
+def _ssp_ceiling(best: dict, step: float, workers: int = 3) -> None:
+    """The least ssp/sync time ratio that SSP could reach under transient stragglers, from this run's
+    measurements: SSP needs the gradients it needed, computed at the most a worker can compute with no
+    wait at all (a mean step of 1 + p (k - 1) steps), against sync's measured pace (a round waits for
+    the slowest of the workers: 1 + (k - 1)(1 - (1 - p)^N) steps expected)."""
+    needed = {name: statistics.median(r["grads_to_target"] for r in best[name]["runs"]) for name in best}
+    pace = {name: statistics.median(r["grads_to_target"] / r["seconds"] for r in best[name]["runs"]) for name in best}
+    (ssp,) = [name for name in best if name != "sync"]
+    mean_step = 1 + TRANSIENT_P * (SLOWDOWN - 1)
+    no_wait = workers / (step * mean_step)
+    round_steps = 1 + (SLOWDOWN - 1) * (1 - (1 - TRANSIENT_P) ** workers)
+    least = needed[ssp] / needed["sync"] * pace["sync"] / no_wait
+    print(f"   ceiling: {ssp} needs {needed[ssp] / needed['sync']:.2f}x the gradients sync needs; with no wait at all "
+          f"its {workers} workers compute at most {no_wait:.0f} gradients/s (a mean step of {mean_step:.2f} x "
+          f"{step * 1e3:.1f} ms; measured {pace[ssp]:.0f}/s) against sync's {pace['sync']:.0f}/s measured "
+          f"({workers / (step * round_steps):.0f}/s expected: a round waits for the slowest of {workers}, "
+          f"{round_steps:.2f} steps): {ssp}/sync >= {least:.2f} even if SSP never waited", flush=True)
 
 
 def _seconds(value: float) -> str:
