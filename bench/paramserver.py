@@ -511,7 +511,7 @@ def stragglers() -> list:
 
 
 def _ssp_ceiling(best: dict, step: float, workers: int = 3) -> None:
-    """The least ssp/sync time ratio that SSP could reach under transient stragglers, from this run's
+    """About the least ssp/sync time ratio that SSP could reach under transient stragglers, from this run's
     measurements: SSP needs the gradients it needed, computed at the most a worker can compute with no
     wait at all (a mean step of 1 + p (k - 1) steps), against sync's measured pace (a round waits for
     the slowest of the workers: 1 + (k - 1)(1 - (1 - p)^N) steps expected)."""
@@ -526,7 +526,8 @@ def _ssp_ceiling(best: dict, step: float, workers: int = 3) -> None:
           f"its {workers} workers compute at most {no_wait:.0f} gradients/s (a mean step of {mean_step:.2f} x "
           f"{step * 1e3:.1f} ms; measured {pace[ssp]:.0f}/s) against sync's {pace['sync']:.0f}/s measured "
           f"({workers / (step * round_steps):.0f}/s expected: a round waits for the slowest of {workers}, "
-          f"{round_steps:.2f} steps): {ssp}/sync >= {least:.2f} even if SSP never waited", flush=True)
+          f"{round_steps:.2f} steps): {ssp}/sync about {least:.2f} at best, if SSP never waited (an estimate: the "
+          f"step time is measured once, at the start of the part)", flush=True)
 
 
 def _seconds(value: float) -> str:
