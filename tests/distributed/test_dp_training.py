@@ -6,6 +6,7 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import ray._private.state as ray_state  # the GCS's actor table (no dashboard on the test cluster)
 import ray.cloudpickle
 import torch
 
@@ -64,6 +65,9 @@ def test_a_job_on_parquet_resumes_after_a_worker_death_from_the_buckets_checkpoi
     dataset = manifest["dataset"]
     assert dataset["num_train"] == 3200 and dataset["source"] == s3.uri("dp/data/train.parquet")
     assert dataset["fingerprint"] == "sha256:" + hashlib.sha256(written["train"] + written["test"]).hexdigest()
+    # Ray Data listed each file on one footer-reading actor (a process each), not on a pool of 32.
+    footer_readers = [a for a in ray_state.actors().values() if a["ActorClassName"] == "FooterReader"]
+    assert len(footer_readers) == 2, len(footer_readers)
     # The exported weights reproduce the reported accuracy, and are what the hook last measured.
     with torch.no_grad():
         predicted = artifact.model(torch.from_numpy(data["x_test"])).argmax(1).numpy()

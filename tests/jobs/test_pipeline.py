@@ -3,8 +3,9 @@
 Its storage is a bucket of a real S3 server. The teacher stage runs as ``make demo`` runs the job
 (an embedded Ray) and fails on purpose at the next stage; every later stage is then submitted with
 ``ray job submit`` (token authentication on) to a ``ray.cluster_utils.Cluster`` of three raylets
-(a head, a CPU node and a node that declares a GPU), each stage a job of its own with a home and an
-artifact cache of its own, as if each ran on a machine of its own; Serve stays up between the
+(a head, a CPU node and a node that declares a GPU), in three jobs (``--to compress``, ``--from moe
+--to serve``, ``--from query``), each process with a home and an artifact cache of its own (its
+job's, or its node's), as if each ran on a machine of its own; Serve stays up between the
 ``--to serve`` and ``--from query`` jobs. Its replicas, placed by the cluster's measured hardware,
 load their artifacts from the bucket through their own node's cache. Afterwards no artifact or
 checkpoint file exists outside the bucket and the caches, and ``jobs.serve`` of the serve config the
@@ -138,13 +139,14 @@ def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machi
     manifest = storage.join(out, "artifacts", "teacher", "manifest.json")
     manifest_before = storage.read_text(manifest)
 
-    # Each later stage a job of its own on the cluster; each reuses what the earlier ones recorded.
+    # The later stages in jobs of their own on the cluster; each reuses what the earlier ones recorded.
     compressed = _submit(machines, tmp_path, "compress", root, "--from", "async_sgd", "--to", "compress")
     assert "teacher: reused" in compressed and "async_sgd: running" in compressed
     assert "compress: running" in compressed and "stopped after compress; continue with --from moe" in compressed
-    calibrated = _submit(machines, tmp_path, "calibrate", root, "--from", "moe", "--to", "calibrate")
-    assert "compress: reused" in calibrated and "moe: running" in calibrated and "calibrate: running" in calibrated
-    served = _submit(machines, tmp_path, None, root, "--from", "serve", "--to", "serve")
+    # The MoE job, the thresholds and Serve in one job; its processes get the home and cache of the node
+    # they run on (the replicas' caches are asserted below).
+    served = _submit(machines, tmp_path, None, root, "--from", "moe", "--to", "serve")
+    assert "compress: reused" in served and "moe: running" in served and "calibrate: running" in served
     assert "serve: left running for the next run (--from query)" in served
     queried = _submit(machines, tmp_path, "query", root, "--from", "query")
     # jobs.serve of the serve config in the bucket, from a machine of its own, joined to the cluster: it

@@ -14,6 +14,9 @@ from serving.app import build_app
 from serving_env import mnist1d, running_serve, small_deployment, trained_models, v2_body
 
 APP = "sf-autoscale"
+CLIENTS = 3
+"""Concurrent clients, each sending its next request when the last is answered: 3 ongoing requests against
+a target of 1 per replica asks for 3 replicas; more clients only take CPU from the replicas starting."""
 SCALING = {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 1, "upscale_delay_s": 1,
            "downscale_delay_s": 4, "look_back_period_s": 2, "metrics_interval_s": 0.5}
 
@@ -41,7 +44,7 @@ def test_replicas_follow_the_load_up_and_back_down(ray_cluster, tmp_path_factory
                 while not stop.is_set():
                     statuses.append(client.post("/v2/models/teacher/infer", json=body).status_code)
 
-        clients = [threading.Thread(target=client_loop) for _ in range(8)]
+        clients = [threading.Thread(target=client_loop) for _ in range(CLIENTS)]
         for thread in clients:
             thread.start()
         # The load test is bounded in time: a new replica starts in seconds on an idle machine, but
@@ -61,6 +64,7 @@ def test_replicas_follow_the_load_up_and_back_down(ray_cluster, tmp_path_factory
         while _running_replicas() > 1:
             assert time.time() < deadline, "replicas did not scale back down within 60 s of the load ending"
             time.sleep(1)
-        print(f"\nserve autoscaling: 1 -> {peak} replicas under 8 clients ({len(statuses)} requests, all 200), back to 1")
+        print(f"\nserve autoscaling: 1 -> {peak} replicas under {CLIENTS} clients ({len(statuses)} requests, all 200), "
+              "back to 1")
     finally:
         serve.delete(APP)
