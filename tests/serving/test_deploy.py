@@ -12,7 +12,7 @@ from scaleforge.data import load_mnist1d
 from scaleforge.deploy import AppCheckError, deploy
 from scaleforge.models import MLPSpec
 from scaleforge.quickfit import fit_and_save
-from serving_env import free_port, v2_body
+from serving_env import free_port, running_serve, v2_body
 
 pytestmark = pytest.mark.slow
 
@@ -46,8 +46,7 @@ def test_runtime_env_of_an_app_reaches_its_replicas(ray_cluster, tiny, monkeypat
     """`auth.token_env` names a variable that only the app's runtime_env sets: the replicas read it."""
     data, artifact = tiny
     monkeypatch.delenv("SF_DEPLOY_TOKEN", raising=False)
-    serve.shutdown()  # a Serve left by an earlier test keeps its own port
-    port = free_port()
+    port = running_serve()  # the session's Serve: deploy() adds the app to it, as to a cluster's
     cfg = _config(artifact, port, runtime_env={"env_vars": {"SF_DEPLOY_TOKEN": "from-runtime-env"}},
                   args={"auth": {"token_env": "SF_DEPLOY_TOKEN"}})
     try:
@@ -58,4 +57,4 @@ def test_runtime_env_of_an_app_reaches_its_replicas(ray_cluster, tiny, monkeypat
         answer = httpx.post(url, json=body, headers={"Authorization": "Bearer from-runtime-env"}, timeout=30)
         assert answer.status_code == 200, answer.text
     finally:
-        serve.shutdown()
+        serve.delete("deployed")

@@ -11,8 +11,6 @@
 import math
 from collections.abc import Iterator
 
-import ray.train
-import ray.train.torch
 import torch
 
 from scaleforge.distributed.strategy import Batch
@@ -32,13 +30,13 @@ class ShardBatches:
                  columns: dict[str, torch.dtype]):
         self.batch_size, self.seed, self.rank, self.world = batch_size, seed, rank, world
         self.dtypes = dict(columns)
-        self.train_shard, self.test_shard = ray.train.get_dataset_shard("train"), ray.train.get_dataset_shard("test")
+        self.train_shard, self.test_shard = _shard("train"), _shard("test")
         self.steps_per_epoch = math.ceil((num_train // world) / batch_size)
         self.eval_rows = _EVAL_ROWS
 
     def train(self, epoch: int) -> Iterator[Batch]:
         batches = self.train_shard.iter_torch_batches(
-            batch_size=self.batch_size, dtypes=self.dtypes, device=ray.train.torch.get_device(),
+            batch_size=self.batch_size, dtypes=self.dtypes, device=_device(),
             local_shuffle_buffer_size=4096, local_shuffle_seed=self.seed + epoch,
         )
         for batch in batches:
@@ -46,7 +44,7 @@ class ShardBatches:
 
     def test(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         batches = self.test_shard.iter_torch_batches(batch_size=self.eval_rows * self.world,
-                                                     device=ray.train.torch.get_device(),
+                                                     device=_device(),
                                                      dtypes={"x": self.dtypes["x"], "y": self.dtypes["y"]})
         return ((batch["x"][self.rank::self.world], batch["y"][self.rank::self.world]) for batch in batches)
 
@@ -89,9 +87,9 @@ class MeshBatches:
 
     def __init__(self, batch_size: int, seed: int, data_rank: int, data_world: int, dtypes: dict[str, torch.dtype],
                  fixed_shapes: bool):
-        x, y = _tensors(ray.train.get_dataset_shard("train"), dtypes)
+        x, y = _tensors(_shard("train"), dtypes)
         self.replicated = ReplicatedBatches(x, y, batch_size, data_rank, data_world, seed)
-        self.test_x, self.test_y = data_slice(*_tensors(ray.train.get_dataset_shard("test"), dtypes), data_rank, data_world)
+        self.test_x, self.test_y = data_slice(*_tensors(_shard("test"), dtypes), data_rank, data_world)
         self.steps_per_epoch = len(self.replicated)
         self.eval_rows = batch_size if fixed_shapes else _EVAL_ROWS
 
@@ -105,5 +103,19 @@ class MeshBatches:
 def _tensors(shard, dtypes: dict[str, torch.dtype]) -> tuple[torch.Tensor, torch.Tensor]:
     """A whole (unsplit) Ray Data iterator as ``(x, y)`` tensors on this rank's device."""
     batches = list(shard.iter_torch_batches(batch_size=8192, dtypes={"x": dtypes["x"], "y": dtypes["y"]},
-                                            device=ray.train.torch.get_device()))
+                                            device=_device()))
     return torch.cat([b["x"] for b in batches]), torch.cat([b["y"] for b in batches])
+
+
+# Ray Train's calls, imported where a Ray Train worker makes them: the strategies' gloo unit tests import
+# this module in processes of their own, where importing Ray Train costs 1.5 s of CPU each.
+def _shard(name: str):
+    import ray.train
+
+    return ray.train.get_dataset_shard(name)
+
+
+def _device() -> torch.device:
+    import ray.train.torch
+
+    return ray.train.torch.get_device()
