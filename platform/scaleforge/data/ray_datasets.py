@@ -66,27 +66,27 @@ def _read_parquet(path, keep: bool):
     if not path:
         return None
     filesystem, inner = storage.resolve(path)
-    with _footer_readers(1):  # a DataSpec names one .parquet file
+    with _one_footer_reader():  # a DataSpec names one .parquet file
         dataset = ray.data.read_parquet(inner, filesystem=filesystem)
         dataset = dataset.map_batches(to_training_batch, batch_format="numpy")
         return dataset.materialize() if keep else dataset
 
 
 @contextmanager
-def _footer_readers(files: int):
+def _one_footer_reader():
     """Ray Data 2.60 lists Parquet files by reading their footers on a pool of 32 actors (its default,
     ``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS``), a process each: reading one small file took 6.9 s against
-    3.6 s with one actor. One actor per file, at most Ray's default, where this process lists them (a
-    dataset it materializes; a lazy one is listed where it executes); a value the user set stays."""
+    3.6 s with one actor. One actor, where this process lists the file (a dataset it materializes; a
+    lazy one is listed where it executes); a value the user set stays."""
     name = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
     if name in os.environ:
         yield
         return
-    os.environ[name] = str(max(1, min(files, 32)))
+    os.environ[name] = "1"
     try:
         yield
     finally:
-        os.environ.pop(name, None)
+        del os.environ[name]
 
 
 def _fits_in_object_store(nbytes: int) -> bool:
