@@ -9,6 +9,7 @@ modules themselves (``serving/``) are never imported by name here.
 """
 
 import math
+import signal
 import time
 from dataclasses import dataclass
 
@@ -164,23 +165,31 @@ def _wait_until_running(names: list[str], within_s: float) -> None:
         time.sleep(0.5)
 
 
-def serve_until_interrupted(cfg: ServeConfig) -> str:
-    """:func:`deploy`, then keep serving until Ctrl-C, then stop.
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
-    On a cluster (``RAY_ADDRESS``) Ctrl-C shuts Serve down there, as ``serve run`` does. An embedded
+
+def serve_until_interrupted(cfg: ServeConfig) -> str:
+    """:func:`deploy`, then keep serving until Ctrl-C or SIGTERM (``kill``, ``docker stop``), then stop.
+
+    On a cluster (``RAY_ADDRESS``) stopping shuts Serve down there, as ``serve run`` does. An embedded
     Ray goes away with this process and takes every replica with it: waiting for Serve's graceful
     shutdown first would only add seconds (and Ray's complaint that its controller was killed).
+    A process started with SIGINT ignored (``cmd &`` in a script) still stops on SIGTERM.
 
     Returns:
         The base URL that was served.
     """
     url = deploy(cfg)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     print(f"serving {', '.join(a.name for a in cfg.applications)} at {url}/v2 (Ctrl-C stops)", flush=True)
     try:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
+        signal.signal(signal.SIGTERM, previous)
         if joins_a_cluster():
+            print("stopping: shutting Serve down on the cluster", flush=True)
             serve.shutdown()
         else:
             ray.shutdown()

@@ -206,8 +206,9 @@ def _serve_replicas(machines) -> set[str]:
 
 def _jobs_serve(config: str, env: dict[str, str], while_serving: Callable[[], bool]) -> None:
     """``python -m jobs.serve`` of the config the pipeline deployed, on the cluster that ``env`` joins:
-    every app answers at the URL it prints, ``while_serving()`` holds then, and Ctrl-C shuts Serve
-    down and stops it quietly."""
+    every app answers at the URL it prints, ``while_serving()`` holds then, and SIGTERM (``kill``, as
+    a service manager stops it; Ctrl-C takes the same path) shuts Serve down and stops it quietly. A
+    process started with SIGINT ignored, as a shell's background job is, stops on SIGTERM all the same."""
     began = time.monotonic()
     job = subprocess.Popen([sys.executable, "-m", "jobs.serve", "--config", str(config)], cwd=REPO,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -225,11 +226,16 @@ def _jobs_serve(config: str, env: dict[str, str], while_serving: Callable[[], bo
             answer = httpx.post(f"{url}/v2/models/{model}/infer", json=body, timeout=60)
             assert answer.status_code == 200, (model, answer.text)
         assert while_serving(), "jobs.serve of the config Serve runs restarted its replicas"
-        # Ctrl-C: Serve shut down on the cluster (every app's replicas on three nodes, its proxies and
+        # Serve shut down on the cluster (every app's replicas on three nodes, its proxies and
         # controller), quietly. It has taken over 60 s with the suite's other worker beside it.
-        job.send_signal(signal.SIGINT)
-        rest, _ = job.communicate(timeout=180)
-        assert job.returncode == 0, rest
+        job.send_signal(signal.SIGTERM)
+        try:
+            rest, _ = job.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            raise AssertionError("jobs.serve still running 180 s after SIGTERM:\n"
+                                 + "".join(lines) + job.communicate()[0]) from None
+        assert job.returncode == 0 and "stopping: shutting Serve down on the cluster" in rest, rest
         _assert_console_is_ours("".join(lines) + rest)
     finally:
         if job.poll() is None:
