@@ -1,7 +1,9 @@
 """Bad input through the real command line: one line on stderr, exit 2, and no Ray cluster started."""
 
 import importlib
+import json
 import os
+import re
 import subprocess
 import sys
 
@@ -83,3 +85,29 @@ def test_a_job_or_app_path_that_does_not_import_names_what_is_missing(path, name
     assert import_object("scaleforge.config.cli.resolve") is resolve
     with pytest.raises(ImportError, match=named):
         import_object(path)
+
+
+_HEAVY = ("ray.train", "ray.data", "ray.serve", "matplotlib", "torch.distributed.tensor")
+
+_IMPORT_EACH = r"""
+import importlib, json, sys
+heavy, pulled = tuple(sys.argv[1].split(",")), {}
+for module in sys.argv[2:]:
+    importlib.import_module(module)
+    pulled[module] = sorted(n for n in sys.modules if n in heavy and n not in sum(pulled.values(), []))
+print(json.dumps(pulled))
+"""
+
+
+def test_preflights_import_none_of_rays_libraries():
+    """A config that cannot run is refused in seconds: the pre-flights that the jobs name import neither Ray
+    Train, Ray Data nor Ray Serve (Ray Train's import alone is 4 s of CPU here), nor matplotlib or torch's
+    DTensor (0.8 s). Except jobs.serve's: it checks the config with Serve's own schema."""
+    sources = "".join(path.read_text() for path in sorted((REPO / "jobs").glob("*.py")))
+    modules = sorted(set(re.findall(r'preflight="([\w.]+):\w+"', sources)) - {"scaleforge.deploy"})
+    assert {"scaleforge.train.preflight", "scaleforge.train.plan", "scaleforge.compress.preflight",
+            "scaleforge.paramserver.preflight"} <= set(modules), modules
+    out = subprocess.run([sys.executable, "-c", _IMPORT_EACH, ",".join(_HEAVY), *modules], cwd=REPO,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {module: [] for module in modules}

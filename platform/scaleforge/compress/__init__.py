@@ -6,7 +6,9 @@ artifacts whose manifest lists the architecture edits, so ``scaleforge.artifacts
 rebuilds any of them.
 """
 
-from scaleforge.compress.run import CompressionResult, run_compression
 from scaleforge.config.compress import CompressJobConfig
+from scaleforge.lazy import lazy_exports
 
 __all__ = ["CompressJobConfig", "CompressionResult", "run_compression"]
+__getattr__ = lazy_exports(__name__, {"CompressionResult": "scaleforge.compress.run",
+                                      "run_compression": "scaleforge.compress.run"})

@@ -11,7 +11,6 @@
 """
 
 from torch import nn
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
 from scaleforge.distributed.plan import DENSE, ParallelPlan
 from scaleforge.models.moe import moe_layers
@@ -22,6 +21,9 @@ _ROWWISE = ("attention.out", "ff_out")
 
 def transformer_tensor_plan(model: nn.Module) -> dict:
     """Column-wise in, row-wise out in every encoder layer; embedding, norms and head replicated."""
+    # Imported here: torch.distributed.tensor costs 0.8 s of CPU (sympy), which a job's pre-flight need not pay.
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
     plan = {}
     for name in model.layers:
         plan.update({f"layers.{name}.{linear}": ColwiseParallel() for linear in _COLUMNWISE})

@@ -5,7 +5,8 @@ which trains a :class:`~scaleforge.distributed.ParallelModel` (DDP, expert paral
 device mesh) and lets :class:`~scaleforge.train.hooks.TrainHook` objects ride along.
 """
 
-from scaleforge.train.driver import TrainingResult, run_training
-from scaleforge.train.hooks import TrainHook
+from scaleforge.lazy import lazy_exports
 
 __all__ = ["TrainHook", "TrainingResult", "run_training"]
+__getattr__ = lazy_exports(__name__, {"TrainHook": "scaleforge.train.hooks", "TrainingResult": "scaleforge.train.driver",
+                                      "run_training": "scaleforge.train.driver"})

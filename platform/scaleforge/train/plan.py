@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import torch
 from pydantic import ValidationError
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
 from scaleforge.config.loader import ConfigError
 from scaleforge.config.schema import TrainJobConfig
@@ -97,6 +96,8 @@ def _tensor_shards(model, plan, tp: int) -> dict[str, int]:
     """``{parameter name: ranks it is split over}`` under the family's tensor-parallel plan."""
     if tp == 1:
         return {}
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel  # see models.plans
+
     shards = {}
     for module_name, style in plan.tensor_parallel(model).items():
         if isinstance(style, ColwiseParallel):
