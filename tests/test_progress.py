@@ -1,9 +1,14 @@
-"""The progress channel: worker lines reach the driver's console; losing its queue never fails a job."""
+"""The console of a job: worker lines reach it through the progress channel (losing its queue never
+fails a job), and Ray's own INFO lines do not."""
 
 import io
+import os
+import subprocess
+import sys
 
 import ray
 
+from conftest import REPO
 from scaleforge.progress import ProgressChannel
 
 
@@ -25,3 +30,24 @@ def test_lines_from_a_worker_are_printed_and_a_lost_queue_is_replaced(ray_cluste
     with channel.printing(io.StringIO()):  # lines are dropped, the wait goes on
         ray.get(_report.remote(channel, ["lost"]))
     assert not channel.alive and ProgressChannel.shared() is not channel
+
+
+_RAY_DATA_AFTER_QUIETING = """
+import logging
+from scaleforge.runtime import quiet_ray_loggers
+quiet_ray_loggers()
+import ray.data  # as a stage imports it: after the job connected to Ray and quieted its loggers
+log = logging.getLogger("ray.data")
+log.info("Dataset execution finished")
+log.warning("Progress bars disabled")
+log.error("a failed read")
+"""
+
+
+def test_ray_data_imported_after_the_console_is_quieted_prints_only_errors():
+    env = {k: v for k, v in os.environ.items() if k != "RAY_DATA_LOG_LEVEL"}
+    out = subprocess.run([sys.executable, "-c", _RAY_DATA_AFTER_QUIETING], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "a failed read" in out.stderr + out.stdout
+    assert "finished" not in out.stderr + out.stdout and "Progress bars" not in out.stderr + out.stdout

@@ -32,9 +32,14 @@ def worker_logs_to_console() -> bool:
 
 
 def quiet_ray_loggers() -> None:
-    """Keep Ray's driver-side INFO chatter (and Ray Data's progress-bar notice) off the console."""
+    """Keep Ray's driver-side INFO chatter (and Ray Data's progress-bar notice) off the console.
+
+    Ray Data sets its logger's level when it is first imported, from ``RAY_DATA_LOG_LEVEL`` (default
+    DEBUG), and scaleforge imports it only where a stage reads data: the variable is set here (unless
+    the user set it), so that a later import stays quiet too."""
+    os.environ.setdefault("RAY_DATA_LOG_LEVEL", logging.getLevelName(_QUIET["ray.data"]))
     for name, level in _QUIET.items():
-        logging.getLogger(name).setLevel(level)
+        logging.getLogger(name).setLevel(os.environ["RAY_DATA_LOG_LEVEL"] if name == "ray.data" else level)
 
 
 def joins_a_cluster() -> bool:
