@@ -24,6 +24,9 @@ p50 latency, 1 client, every input answered by the stage-0 model:
   cascade at stage 0    the cascade with ``min_confidence=0``;
   bare stage-0 Serve    one deployment, FastAPI ingress and ``@serve.batch`` as our model deployments;
   uvicorn stage 0       the stage-0 model, 2 workers.
+Time per hop at 1 client, from the ingress's ``Server-Timing`` header: the proxy's hop (what the
+client waited beyond the ingress's handler, network included), the ingress's own share (body,
+checks, parsing, routing, rendering) and the model's call (median per request).
 
 Configurations alternate round by round; medians are reported. Accuracy is scored on the other half
 of the test split only. Each ratio is printed beside its bar (met or missed); exit status 1 if one
@@ -34,6 +37,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import signal
 import socket
@@ -64,7 +68,8 @@ from scaleforge.routing import calibrate_thresholds  # noqa: E402
 from serving.app import build_app  # noqa: E402
 from serving.models import split_like  # noqa: E402
 from serving.binary import HEADER  # noqa: E402
-from serving.protocol import ProtocolError, infer_response, parse_infer_request, render  # noqa: E402
+from serving.protocol import (SERVER_TIMING, ProtocolError, infer_response, parse_infer_request,  # noqa: E402
+                              parse_server_timing, render)
 
 CACHE = Path("~/.cache/scaleforge/serving-bench").expanduser()
 STUDENT = CNN1dSpec(channels=[16, 32], hidden=64, pool=True)
@@ -226,7 +231,7 @@ async def drive(url: str, requests: list[tuple[bytes, dict]], labels: list[np.nd
     8 kept-alive connections often all land on the worker that woke first, idling the other core.
     One client keeps its connection. Accuracy counts each distinct request once (inputs weigh alike).
     """
-    latencies, correct, failures = [], {}, 0
+    latencies, hops, correct, failures = [], [], {}, 0
     closing = {"connection": "close"} if concurrency > 1 else {}
     limits = httpx.Limits(max_connections=concurrency)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
@@ -242,6 +247,10 @@ async def drive(url: str, requests: list[tuple[bytes, dict]], labels: list[np.nd
                 body, headers = requests[index % len(requests)]
                 response = await client.post(url, content=body, headers=headers | closing)
                 latencies.append(time.perf_counter() - start)
+                timing = parse_server_timing(response.headers.get(SERVER_TIMING, ""))
+                if {"ingress", "model"} <= set(timing):  # our ingress says where its time went
+                    hops.append((1e3 * latencies[-1] - timing["ingress"], timing["ingress"] - timing["model"],
+                                 timing["model"]))
                 if response.status_code != 200:
                     failures += 1
                 else:
@@ -253,9 +262,11 @@ async def drive(url: str, requests: list[tuple[bytes, dict]], labels: list[np.nd
         await asyncio.gather(*(worker(i) for i in range(concurrency)))
         elapsed = time.perf_counter() - start
     done = len(latencies) - failures
+    proxy, ingress, model = np.median(hops, axis=0) if hops else (math.nan,) * 3
     return {"throughput": done * BATCH / elapsed, "p50": 1e3 * np.percentile(latencies, 50),
             "p99": 1e3 * np.percentile(latencies, 99), "failures": failures,
-            "accuracy": sum(correct.values()) / max(len(correct) * BATCH, 1)}
+            "accuracy": sum(correct.values()) / max(len(correct) * BATCH, 1),
+            "proxy_ms": proxy, "ingress_ms": ingress, "model_ms": model}
 
 
 def main() -> int:
@@ -348,6 +359,14 @@ def report(results: dict[str, list[dict]], args) -> int:
     # proxy and at least one actor call (issue 18 works on this gap).
     print(f"cascade at stage 0 / uvicorn stage 0, p50 c=1: {stage0 / plain:.2f}x ({stage0:.1f} / {plain:.1f} ms), "
           "no bar\n")
+    # Where a request's time goes on Serve, from the ingress's Server-Timing header (medians per request):
+    # the proxy's hop (and the network) is what the client waited beyond the ingress's handler.
+    print("time per hop, 1 client (ms): proxy + network, ingress (parse, route, render), model (its call)")
+    for name, m in med.items():
+        if m["clients"] == 1 and not math.isnan(m["ingress_ms"]):
+            print(f"  {name:24s} {m['proxy_ms']:6.2f} {m['ingress_ms']:6.2f} {m['model_ms']:6.2f}   "
+                  f"of p50 {m['p50']:.2f}")
+    print()
     return print_bars(rows, "comparison")
 
 

@@ -9,6 +9,7 @@ for anything a client sent.
 import asyncio
 import hmac
 import os
+import time
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -28,8 +29,8 @@ from serving.cascade import CascadeRouter
 from serving.metrics import RoutingMetrics
 from serving.models import CoalescingClient, InIngressModel, logits_tensor, predict
 from serving.moe import MoERouter
-from serving.protocol import (InferRequest, ProtocolError, infer_response, model_metadata, parse_infer_request,
-                              render)
+from serving.protocol import (SERVER_TIMING, InferRequest, ProtocolError, infer_response, model_metadata,
+                              parse_infer_request, render, server_timing)
 
 
 class PlainModel:
@@ -192,17 +193,22 @@ class V2Ingress:
             self.metrics.requests.inc(tags={"model": name if name in self.infos else "unknown", "status": status})
 
     async def _infer(self, name: str, request: Request) -> Response:
+        began = time.perf_counter()
         self._authorize(request)
         info = self._info(name)
         body = await _read_body(request, self.args.limits.max_body_bytes)
         parsed = parse_infer_request(body, info.input_dim, self.args.limits.max_batch_size,
                                      request.headers.get(binary.HEADER))
+        called = time.perf_counter()
         try:
             outputs, summary = await self.servables[name].infer(parsed.x, parsed.parameters)
         except (BackPressureError, RayActorError, ReplicaUnavailableError) as err:
             raise ProtocolError(503, f"model '{name}' is overloaded or unavailable ({type(err).__name__}); "
                                      "retry later") from None
-        return render(infer_response(name, parsed.id, outputs, parsed.outputs, summary), parsed)
+        answered = time.perf_counter()
+        response = render(infer_response(name, parsed.id, outputs, parsed.outputs, summary), parsed)
+        response.headers[SERVER_TIMING] = server_timing(ingress=time.perf_counter() - began, model=answered - called)
+        return response
 
     def _info(self, name: str) -> ModelInfo:
         if name not in self.infos:

@@ -218,6 +218,30 @@ def render(response: dict[str, Any], request: ParsedRequest) -> Response:
                     headers={binary.HEADER: str(len(header))})
 
 
+SERVER_TIMING = "Server-Timing"
+"""The W3C response header where the ingress says where an infer request's time went on the server:
+``ingress;dur=<ms>`` from the ingress's handler taking the request to its response (body read, checks,
+parsing, the model, rendering), and ``model;dur=<ms>`` of that spent awaiting the model, cascade or
+router (for a model deployment: the handle's hop and its replica). The rest of what a client waits is
+the HTTP proxy's hop and the network."""
+
+
+def server_timing(**durations_s: float) -> str:
+    """``Server-Timing`` of ``name=seconds`` pairs, in milliseconds: ``ingress;dur=1.234, model;dur=0.567``."""
+    return ", ".join(f"{name};dur={1e3 * seconds:.3f}" for name, seconds in durations_s.items())
+
+
+def parse_server_timing(header: str) -> dict[str, float]:
+    """``{name: milliseconds}`` of a ``Server-Timing`` header (entries without a duration are left out)."""
+    timings = {}
+    for entry in header.split(","):
+        name, *params = (part.strip() for part in entry.split(";"))
+        durations = [float(p.partition("=")[2]) for p in params if p.startswith("dur=")]
+        if name and durations:
+            timings[name] = durations[0]
+    return timings
+
+
 def tensor(name: str, values: np.ndarray) -> dict[str, Any]:
     """A V2 output tensor (JSON data, row-major flat; the array is rendered by :class:`V2Response`)."""
     datatype = {"int64": "INT64", "float32": "FP32", "bool": "BOOL"}[values.dtype.name]

@@ -24,6 +24,7 @@ from scaleforge.artifacts import load_artifact
 from scaleforge.artifacts.servable import load_servable
 from scaleforge.routing import calibrate_thresholds
 from serving.app import build_app
+from serving.protocol import SERVER_TIMING, parse_server_timing
 from serving_env import mnist1d, output, running_serve, serve_args, trained_models, v2_body
 
 # Trains three small models and deploys nine replicas before the first test (about a minute idle).
@@ -87,6 +88,20 @@ def test_infer_response_is_well_formed_v2(server, data):
     with torch.inference_mode():
         local = load_servable(server["models"]["teacher"]).module(torch.from_numpy(x)).argmax(dim=1).numpy()
     assert classes["data"] == local.tolist()
+
+
+def test_each_answer_says_where_its_time_went_on_the_server(server, data):
+    """``Server-Timing``: the ingress's time and, within it, the model's (for ``teacher`` a deployment of
+    its own: the handle's hop and its replica); what the client waits on top is the proxy's hop."""
+    for name in ("teacher", "cascade"):
+        began = time.perf_counter()
+        response = server["client"].post(f"/v2/models/{name}/infer", json=v2_body(data["x_test"][:8]))
+        waited_ms = 1e3 * (time.perf_counter() - began)
+        assert response.status_code == 200
+        timing = parse_server_timing(response.headers[SERVER_TIMING])
+        assert set(timing) == {"ingress", "model"}, response.headers[SERVER_TIMING]
+        assert 0 < timing["model"] < timing["ingress"] < waited_ms, (name, timing, waited_ms)
+    assert parse_server_timing("cache;desc=hit, db;dur=53.2, app;dur=4") == {"db": 53.2, "app": 4.0}
 
 
 def test_concurrent_requests_each_get_their_own_answers(server, data):
