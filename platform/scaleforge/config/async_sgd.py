@@ -67,6 +67,9 @@ class PSRunSpec(_Section):
     """Wall-clock seconds between test-accuracy measurements."""
     stop_at_accuracy: Optional[float] = Field(default=None, gt=0.0, le=1.0)
     """Stop as soon as a measurement reaches this test accuracy (time-to-accuracy runs; classifiers)."""
+    max_seconds: Optional[PositiveFloat] = None
+    """A time budget: stop once this many seconds of training have passed (counted from the moment every
+    worker is up, as the accuracy curve is) and export the model as it stands then."""
     placement_timeout_s: PositiveFloat = 300.0
     """How long to wait for the cluster to fit the run's placement group (an autoscaler may be adding
     nodes) before failing with the resources it lacks."""

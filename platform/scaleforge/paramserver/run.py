@@ -3,6 +3,7 @@
 import math
 import time
 import uuid
+from typing import Optional
 
 import numpy as np
 import ray
@@ -159,9 +160,9 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
         curve.append(_evaluate(shards, layout, model, data, time.perf_counter() - started))
         print(f"[{server.mode}] {curve[-1]['seconds']:6.1f}s  updates {curve[-1]['updates']:6d}  "
               f"{METRICS[data.metric]} {curve[-1][METRICS[data.metric]]:.4f}", flush=True)
-        if cfg.run.stop_at_accuracy and curve[-1]["test_accuracy"] >= cfg.run.stop_at_accuracy and running:
-            events.append({"seconds": curve[-1]["seconds"], "event": "stopped_at_accuracy",
-                           "test_accuracy": curve[-1]["test_accuracy"]})
+        stop = _stop_event(cfg, curve[-1]) if running else None
+        if stop:
+            events.append(stop)
             for index in running.values():
                 ray.kill(workers[index])
             running.clear()
@@ -181,6 +182,16 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
     )
     result.summary_path, result.plot_path = write_report(output, cfg, result)
     return result
+
+
+def _stop_event(cfg: AsyncSGDConfig, point: dict) -> Optional[dict]:
+    """The event that ends the run early at this measurement, if any: the target accuracy reached
+    (``run.stop_at_accuracy``) or the time budget spent (``run.max_seconds``)."""
+    if cfg.run.stop_at_accuracy and point["test_accuracy"] >= cfg.run.stop_at_accuracy:
+        return {"seconds": point["seconds"], "event": "stopped_at_accuracy", "test_accuracy": point["test_accuracy"]}
+    if cfg.run.max_seconds and point["seconds"] >= cfg.run.max_seconds:
+        return {"seconds": point["seconds"], "event": "stopped_at_time", "updates": point["updates"]}
+    return None
 
 
 def _shard_restarts(stats: list[dict], reports: list[dict]) -> list[dict]:
