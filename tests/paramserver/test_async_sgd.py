@@ -77,11 +77,11 @@ def _restored(result) -> dict:
     ("ssp", ["server.checkpoint_every=50", "fault.kill_shard_at_update=130"]),
 ])
 def test_each_mode_converges_through_a_fault(ray_cluster, tmp_path, mode, fault):
-    """Async and ssp learn on two epochs of the default config, async losing a worker on the way, ssp a
+    """Async and ssp learn on one epoch of the default config, async losing a worker on the way, ssp a
     shard; sync learns through a lost shard in the next test. (The full default config reaches 0.92 in
     every mode through these faults: ``bench/training.py``.)"""
-    result = run_async_sgd(_config(tmp_path, f"server.mode={mode}", "workers.epochs=2", *fault))
-    assert result.test_accuracy >= 0.7, result.summary()  # two epochs; measured 0.79-0.86 across modes
+    result = run_async_sgd(_config(tmp_path, f"server.mode={mode}", "workers.epochs=1", *fault))
+    assert result.test_accuracy >= 0.55, result.summary()  # one epoch (125 steps a worker): 0.65 in both modes
     assert result.summary_path.is_file() and result.plot_path.stat().st_size > 0
     if mode == "async":  # SIGKILLed at step 100, replaced, resumed at its clock
         replaced = [e for e in result.events if e["event"] == "worker_replaced"]
@@ -229,10 +229,12 @@ def test_bad_input_is_rejected_before_anything_starts(override, message):
 def test_workers_join_and_leave_while_training(ray_cluster, tmp_path, mode):
     result = run_async_sgd(_config(
         tmp_path, "data.num_samples=4000", "model={name: mlp, hidden: [64]}", "workers.batch_size=32",
-        "workers.epochs=12", "run.eval_every_s=0.2",  # the first workers train for longer than 3 s
+        # The first workers train for longer than 3 s; on a loaded machine the time budget ends the run
+        # (a new worker may take seconds to start, so the budget leaves it ample time).
+        "workers.epochs=12", "run.eval_every_s=0.2", "run.max_seconds=15",
         f"server.mode={mode}", "workers.scaling=[{at_s: 1.5, workers: 3}, {at_s: 3, workers: 1}]",
     ))
-    kinds = [(e["event"], e["worker"]) for e in result.events]
+    kinds = [(e["event"], e["worker"]) for e in result.events if e["event"] != "stopped_at_time"]
     assert kinds == [("worker_added", 2), ("worker_removed", 2), ("worker_removed", 1)], result.events
     added, removed = result.events[0]["seconds"], result.events[1]["seconds"]
     assert 1.5 <= added < removed and removed >= 3.0, result.events  # each change at (or after) its time
@@ -245,6 +247,20 @@ def test_workers_join_and_leave_while_training(ray_cluster, tmp_path, mode):
     summary = json.loads(result.summary_path.read_text())  # the report's timeline, drawn on its plot
     assert [n for _, n in summary["workers_over_time"]] == [2, 3, 2, 1, 1], summary["workers_over_time"]
     assert result.plot_path.stat().st_size > 0
+
+
+def test_a_time_budget_ends_the_run_and_exports_the_model_as_it_stands(ray_cluster, tmp_path):
+    result = run_async_sgd(_config(tmp_path, *TINY, "server.mode=async", "workers.epochs=1000", "run.eval_every_s=0.2",
+                                   "run.max_seconds=2"))
+    (stop,) = [e for e in result.events if e["event"] == "stopped_at_time"]
+    assert 2 <= stop["seconds"] < 4 and 0 < stop["updates"] < 1000 * 20, stop  # 20 steps an epoch
+    assert result.curve[-1]["seconds"] == stop["seconds"]
+    assert result.updates >= stop["updates"]
+    from scaleforge.artifacts import load_model
+    from scaleforge.data.in_memory import load_in_memory
+
+    exported = load_in_memory(_config(tmp_path / "check", *TINY).data).score(load_model(result.artifact))
+    assert exported == pytest.approx(result.test_accuracy, abs=1e-9)  # the model as it stood at the stop
 
 
 def test_run_stops_once_the_target_accuracy_is_reached(ray_cluster, tmp_path):
@@ -273,11 +289,12 @@ def test_a_run_the_cluster_cannot_place_fails_clearly_and_frees_what_it_reserved
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["async", "sync"])
-def test_the_language_model_trains_on_parameter_servers_below_the_unigram_entropy(ray_cluster, tmp_path, mode):
+def test_the_language_model_trains_on_parameter_servers_below_the_unigram_entropy(ray_cluster, tmp_path):
     """The decoder of ``train_lm_tiny.yaml`` as one flat vector over 2 shards: after one epoch (76 steps a
     worker) it predicts the validation bytes better than their unigram entropy, the best a model
-    without context does."""
+    without context does. (Async; the modes share everything but the shard's rule, tested above on
+    the classifier.)"""
+    mode = "async"
     from scaleforge.artifacts import load_model
     from scaleforge.data.in_memory import load_in_memory
     from scaleforge.text.tokenizer import unigram_bits_per_byte
