@@ -80,3 +80,21 @@ def _free_what_a_failed_test_reserved(request):
         if info["state"] in ("PENDING", "CREATED", "RESCHEDULING"):
             warnings.warn(f"{request.node.nodeid} left placement group {group_id} ({info['state']}); removed it")
             remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(group_id))))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _serve_down_after_a_serving_file(request):
+    """Shut the session's Serve down once a file under ``tests/serving`` is done with it. An idle Serve
+    is not free: its controller, its proxy and each replica poll, about 18% of a core with one app of
+    two replicas, which the rest of the suite on that xdist worker would pay for minutes. The next
+    file that needs Serve starts it again (``serving_env.running_serve``), on the same port."""
+    yield
+    if request.path.parent.name != "serving":
+        return
+    import ray
+
+    if ray.is_initialized():
+        from ray import serve
+
+        serve.shutdown()  # a no-op where the file started none
+

@@ -225,16 +225,16 @@ def test_bad_input_is_rejected_before_anything_starts(override, message):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["async", "ssp", "sync"])
+@pytest.mark.parametrize("mode", ["ssp", "sync"])  # async: a worker's clock only; its shards keep no rounds or bound
 def test_workers_join_and_leave_while_training(ray_cluster, tmp_path, mode):
     result = run_async_sgd(_config(
         tmp_path, "data.num_samples=4000", "model={name: mlp, hidden: [64]}", "workers.batch_size=32",
-        # The first workers train for longer than 3 s; on a loaded machine the time budget ends the run
-        # (a new worker may take seconds to start, so the budget leaves it ample time).
-        "workers.epochs=12", "run.eval_every_s=0.2", "run.max_seconds=15",
+        # The first workers train for longer than 3 s, and for as long as a new worker's process takes
+        # to start on a loaded machine (over 13 s seen), so no time budget here: epochs.
+        "workers.epochs=12", "run.eval_every_s=0.2",
         f"server.mode={mode}", "workers.scaling=[{at_s: 1.5, workers: 3}, {at_s: 3, workers: 1}]",
     ))
-    kinds = [(e["event"], e["worker"]) for e in result.events if e["event"] != "stopped_at_time"]
+    kinds = [(e["event"], e["worker"]) for e in result.events]
     assert kinds == [("worker_added", 2), ("worker_removed", 2), ("worker_removed", 1)], result.events
     added, removed = result.events[0]["seconds"], result.events[1]["seconds"]
     assert 1.5 <= added < removed and removed >= 3.0, result.events  # each change at (or after) its time
