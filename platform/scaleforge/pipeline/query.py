@@ -61,7 +61,7 @@ def query_model(url: str, name: str, x: np.ndarray, y: np.ndarray, spec: QuerySp
         began = time.perf_counter()
         answers = sorted(bar(pool.map(send, batches), len(batches), f"[query] {name}: requests"), key=lambda a: a[0])
         wall = time.perf_counter() - began
-    outputs = {key: np.concatenate([a[2][key] for a in answers]) for key in answers[0][2]}
+    outputs = {key: concat_rows([a[2][key] for a in answers]) for key in answers[0][2]}
     latencies = np.array([a[1] for a in answers]) * 1e3
     result = ServedModelResult(accuracy=float((outputs["class"].ravel() == y).mean()),
                                p50_ms=float(np.percentile(latencies, 50)), p99_ms=float(np.percentile(latencies, 99)),
@@ -74,3 +74,15 @@ def query_model(url: str, name: str, x: np.ndarray, y: np.ndarray, spec: QuerySp
         result.first_expert_share = [float((first == e).mean()) for e in range(int(first.max()) + 1)]
         result.fallbacks = int(np.asarray(outputs.get("fallback", np.zeros(1))).sum())
     return result
+
+
+def concat_rows(parts: list[np.ndarray]) -> np.ndarray:
+    """The batches' answers as one array, row after row. Where a traced output is narrower in one
+    batch than in another (the MoE router answers with the experts it could use: one column fewer
+    while an expert is down), the narrower rows are padded: -1 for ids, False for flags."""
+    width = max((p.shape[1] for p in parts if p.ndim > 1), default=None)
+    if width is None or all(p.shape[1] == width for p in parts):
+        return np.concatenate(parts)
+    fill = False if parts[0].dtype == bool else -1
+    return np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1])), constant_values=fill) for p in parts])
+
