@@ -97,4 +97,3 @@ def _serve_down_after_a_serving_file(request):
         from ray import serve
 
         serve.shutdown()  # a no-op where the file started none
-

@@ -85,4 +85,3 @@ def concat_rows(parts: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(parts)
     fill = False if parts[0].dtype == bool else -1
     return np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1])), constant_values=fill) for p in parts])
-
