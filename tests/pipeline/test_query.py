@@ -1,9 +1,16 @@
-"""The query stage's merge of the answers of many requests."""
+"""The query stage's requests (sent again where a connection is cut) and the merge of their answers."""
 
+import json
+import socket
+import struct
+import threading
+
+import httpx
 import numpy as np
+import pytest
 import torch
 
-from scaleforge.pipeline.query import concat_rows
+from scaleforge.pipeline.query import ATTEMPTS, concat_rows, post_idempotent
 from scaleforge.routing import choose_experts
 
 
@@ -22,3 +29,61 @@ def test_answers_of_a_router_that_lost_an_expert_between_requests_merge_row_by_r
     assert fallback.tolist() == [[False, False], [False, False], [False, False]]
     classes = concat_rows([np.array([3, 4]), np.array([5])])  # one-dimensional outputs: plain concatenation
     assert classes.tolist() == [3, 4, 5]
+
+
+class ResettingServer:
+    """An HTTP server on 127.0.0.1 that reads each request and resets the first ``resets`` connections
+    (SO_LINGER 0: the peer gets RST, as from a Serve proxy stopped with connections queued), then
+    answers ``{"ok": n}`` where n counts the requests it read."""
+
+    def __init__(self, resets: int):
+        self.resets, self.requests = resets, 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                head = conn.recv(65536)
+                length = int(next((line.split(b":")[1] for line in head.split(b"\r\n")
+                                   if line.lower().startswith(b"content-length")), b"0"))
+                while len(head.split(b"\r\n\r\n", 1)[-1]) < length:
+                    head += conn.recv(65536)
+                self.requests += 1
+                if self.requests <= self.resets:
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    continue
+                body = json.dumps({"ok": self.requests}).encode()
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                             + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+    def close(self):
+        self.sock.close()
+
+
+def test_an_inference_request_whose_connection_is_reset_is_sent_again(capsys):
+    server = ResettingServer(resets=2)
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            response = post_idempotent(client, "/v2/models/cascade/infer", {"inputs": []}, "[query] cascade: rows 0+")
+    finally:
+        server.close()
+    assert response.json() == {"ok": 3}
+    retried = capsys.readouterr().out.splitlines()
+    assert len(retried) == 2 and all(line.startswith("[query] cascade: rows 0+: ReadError (") for line in retried)
+    assert retried[0].endswith("sent again in 0.25 s") and retried[1].endswith("sent again in 0.5 s")
+
+
+def test_a_connection_reset_on_every_attempt_fails_the_request_with_the_transport_error():
+    server = ResettingServer(resets=ATTEMPTS)
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as client, pytest.raises(httpx.ReadError, match="reset"):
+            post_idempotent(client, "/v2/models/moe/infer", {"inputs": []}, "[query] moe: rows 0+")
+    finally:
+        server.close()
+    assert server.requests == ATTEMPTS

@@ -16,6 +16,13 @@ from scaleforge.routing.calibration import split_rows
 SERVED = ("teacher", "student", "cascade", "moe")
 """The endpoint's models queried: both ends of the cascade, the cascade itself and the MoE router."""
 
+RETRIED = (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
+"""Transport failures after which an inference request is sent again. Inference is idempotent, and a
+connection can be cut with no fault of the model's: Serve drains and stops the proxy of a node that
+holds no replica, and where proxies share a port (nodes on one machine, ``SO_REUSEPORT``) the
+connections queued at the stopped one are reset ('Connection reset by peer')."""
+ATTEMPTS = 4
+
 
 class QueryStage(PipelineStage):
     """Accuracy, latency and routing shares of every served model, measured over HTTP."""
@@ -52,8 +59,8 @@ def query_model(url: str, name: str, x: np.ndarray, y: np.ndarray, spec: QuerySp
         body = {"inputs": [{"name": "input", "shape": list(rows.shape), "datatype": "FP32",
                             "data": rows.ravel().tolist()}], "parameters": parameters}
         began = time.perf_counter()
-        response = client.post(f"/v2/models/{name}/infer", json=body)
-        elapsed = time.perf_counter() - began
+        response = post_idempotent(client, f"/v2/models/{name}/infer", body, f"[query] {name}: rows {start}+")
+        elapsed = time.perf_counter() - began  # the latency a client sees, retries included
         response.raise_for_status()
         return start, elapsed, {o["name"]: np.asarray(o["data"]).reshape(o["shape"]) for o in response.json()["outputs"]}
 
@@ -74,6 +81,20 @@ def query_model(url: str, name: str, x: np.ndarray, y: np.ndarray, spec: QuerySp
         result.first_expert_share = [float((first == e).mean()) for e in range(int(first.max()) + 1)]
         result.fallbacks = int(np.asarray(outputs.get("fallback", np.zeros(1))).sum())
     return result
+
+
+def post_idempotent(client: httpx.Client, path: str, body: dict, what: str) -> httpx.Response:
+    """POST ``body``, sent again (after 0.25, 0.5, 1 s) where the connection failed before an answer came."""
+    for attempt in range(ATTEMPTS):
+        try:
+            return client.post(path, json=body)
+        except RETRIED as error:
+            if attempt == ATTEMPTS - 1:
+                raise
+            wait = 0.25 * 2 ** attempt
+            print(f"{what}: {type(error).__name__} ({error}), sent again in {wait:g} s", flush=True)
+            time.sleep(wait)
+    raise AssertionError("unreachable")
 
 
 def concat_rows(parts: list[np.ndarray]) -> np.ndarray:
