@@ -1,9 +1,11 @@
-"""The HTTP ingress: the Open Inference Protocol (KServe V2) over FastAPI, in front of every servable.
+"""The ingress: the Open Inference Protocol (KServe V2) over FastAPI, and over gRPC, in front of every servable.
 
 Routes: ``GET /v2``, ``/v2/health/live``, ``/v2/health/ready``, ``/v2/models/{name}``,
 ``/v2/models/{name}/ready``, ``POST /v2/models/{name}/infer``; OpenAPI at ``/openapi.json``.
 Errors are ``{"error": message}`` with a 4xx (503 when a model is overloaded or down), never a 500
-for anything a client sent.
+for anything a client sent. Where Serve runs its gRPC proxy with :data:`serving.grpc_v2.SERVICER`,
+the same calls arrive as ``inference.GRPCInferenceService`` RPCs (the methods named after them
+below), refused with the matching gRPC status and the same message.
 """
 
 import asyncio
@@ -24,13 +26,13 @@ from ray.serve.handle import DeploymentHandle
 import scaleforge
 from scaleforge.config.serve import AuthSpec, ServeArgs
 from scaleforge.deploy import ModelInfo
-from serving import binary
+from serving import binary, grpc_v2
 from serving.cascade import CascadeRouter
 from serving.metrics import RoutingMetrics
 from serving.models import CoalescingClient, InIngressModel, logits_tensor, predict
 from serving.moe import MoERouter
-from serving.protocol import (SERVER_TIMING, InferRequest, ProtocolError, infer_response, model_metadata,
-                              parse_infer_request, render, server_timing)
+from serving.protocol import (SERVER_TIMING, InferRequest, ParsedRequest, ProtocolError, infer_response,
+                              model_metadata, parse_infer_request, render, server_timing)
 
 
 class PlainModel:
@@ -166,17 +168,20 @@ class V2Ingress:
 
     @app.get("/v2/models/{name}")
     def metadata(self, name: str, request: Request) -> dict:
-        self._authorize(request)
+        self._authorize(request.headers.get("authorization"))
         info = self._info(name)
         return model_metadata(name, info.kind, info.input_dim, info.num_classes, info.outputs)
 
     @app.get("/v2/models/{name}/ready")
     async def model_ready(self, name: str, request: Request) -> JSONResponse:
-        self._authorize(request)
+        self._authorize(request.headers.get("authorization"))
         self._info(name)
-        ready = all(await asyncio.gather(*(self._deployment_ready(self.handles[m]) for m in self._models_of(name)
-                                           if m in self.handles)))  # the others run in this replica
+        ready = await self._models_ready(name)
         return JSONResponse({"name": name, "ready": ready}, status_code=200 if ready else 503)
+
+    async def _models_ready(self, name: str) -> bool:
+        return all(await asyncio.gather(*(self._deployment_ready(self.handles[m]) for m in self._models_of(name)
+                                          if m in self.handles)))  # the others run in this replica
 
     @app.post("/v2/models/{name}/infer",
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": _INFER_SCHEMA}}}})
@@ -194,21 +199,71 @@ class V2Ingress:
 
     async def _infer(self, name: str, request: Request) -> Response:
         began = time.perf_counter()
-        self._authorize(request)
+        self._authorize(request.headers.get("authorization"))
         info = self._info(name)
         body = await _read_body(request, self.args.limits.max_body_bytes)
         parsed = parse_infer_request(body, info.input_dim, self.args.limits.max_batch_size,
                                      request.headers.get(binary.HEADER))
         called = time.perf_counter()
+        answer = await self._answer(name, parsed)
+        answered = time.perf_counter()
+        response = render(answer, parsed)
+        response.headers[SERVER_TIMING] = server_timing(ingress=time.perf_counter() - began, model=answered - called)
+        return response
+
+    async def _answer(self, name: str, parsed: ParsedRequest) -> dict[str, Any]:
+        """The infer response of the servable ``name`` to a checked request."""
         try:
             outputs, summary = await self.servables[name].infer(parsed.x, parsed.parameters)
         except (BackPressureError, RayActorError, ReplicaUnavailableError) as err:
             raise ProtocolError(503, f"model '{name}' is overloaded or unavailable ({type(err).__name__}); "
                                      "retry later") from None
-        answered = time.perf_counter()
-        response = render(infer_response(name, parsed.id, outputs, parsed.outputs, summary), parsed)
-        response.headers[SERVER_TIMING] = server_timing(ingress=time.perf_counter() - began, model=answered - called)
-        return response
+        return infer_response(name, parsed.id, outputs, parsed.outputs, summary)
+
+    # --- gRPC: inference.GRPCInferenceService, the methods Serve's gRPC proxy calls by RPC name ---------
+
+    async def ModelInfer(self, request, grpc_context):  # noqa: N802 - the RPC's name
+        status = "500"
+        try:
+            self._authorize(grpc_v2.bearer_token(grpc_context.invocation_metadata()))
+            info = self._info(request.model_name)
+            parsed = grpc_v2.parse_model_infer(request, info.input_dim, self.args.limits.max_batch_size)
+            answer = grpc_v2.model_infer_response(await self._answer(request.model_name, parsed))
+            status = "200"
+            return answer
+        except ProtocolError as err:
+            status = str(err.status)
+            return grpc_v2.refuse(grpc_context, err, grpc_v2.pb.ModelInferResponse())
+        finally:
+            name = request.model_name
+            self.metrics.requests.inc(tags={"model": name if name in self.infos else "unknown", "status": status})
+
+    async def ModelMetadata(self, request, grpc_context):  # noqa: N802
+        try:
+            self._authorize(grpc_v2.bearer_token(grpc_context.invocation_metadata()))
+            info = self._info(request.name)
+        except ProtocolError as err:
+            return grpc_v2.refuse(grpc_context, err, grpc_v2.pb.ModelMetadataResponse())
+        return grpc_v2.model_metadata_response(model_metadata(request.name, info.kind, info.input_dim,
+                                                              info.num_classes, info.outputs))
+
+    async def ModelReady(self, request, grpc_context):  # noqa: N802
+        try:
+            self._authorize(grpc_v2.bearer_token(grpc_context.invocation_metadata()))
+            self._info(request.name)
+        except ProtocolError as err:
+            return grpc_v2.refuse(grpc_context, err, grpc_v2.pb.ModelReadyResponse())
+        return grpc_v2.pb.ModelReadyResponse(ready=await self._models_ready(request.name))
+
+    def ServerLive(self, request):  # noqa: N802
+        return grpc_v2.pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request):  # noqa: N802
+        ready = all(await asyncio.gather(*(self._deployment_ready(h) for h in self.handles.values())))
+        return grpc_v2.pb.ServerReadyResponse(ready=ready)
+
+    def ServerMetadata(self, request):  # noqa: N802
+        return grpc_v2.pb.ServerMetadataResponse(**self.server_metadata())
 
     def _info(self, name: str) -> ModelInfo:
         if name not in self.infos:
@@ -222,10 +277,11 @@ class V2Ingress:
         router = next((r for r in self.args.moe if r.name == name), None)
         return [router.gate, *router.experts] if router else [name]
 
-    def _authorize(self, request: Request) -> None:
+    def _authorize(self, authorization: Optional[str]) -> None:
+        """``authorization``: the request's ``Authorization`` header (gRPC: its call metadata)."""
         if self.token is None:
             return
-        scheme, _, supplied = request.headers.get("authorization", "").partition(" ")
+        scheme, _, supplied = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not supplied:
             raise ProtocolError(401, "missing bearer token (send 'Authorization: Bearer <token>')")
         if not hmac.compare_digest(supplied.strip().encode(), self.token.encode()):

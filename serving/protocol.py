@@ -99,6 +99,20 @@ def parse_infer_request(body: bytes, input_dim: int, max_batch_size: int,
     except ValueError as err:
         raise ProtocolError(400, str(err)) from None
     request = _decode(header)
+    tensor, batch = check_input(request, input_dim, max_batch_size)
+    sizes = [t.parameters.get("binary_data_size") for t in request.inputs]
+    if header_length is None and sizes[0] is not None:
+        raise ProtocolError(400, f"input '{tensor.name}': binary_data_size without the {binary.HEADER} "
+                                 "header (it says where the JSON ends and the binary data begins)")
+    try:
+        chunk = binary.split_inputs(sizes, [tensor.name], blob)[0]
+    except ValueError as err:
+        raise ProtocolError(400, str(err)) from None
+    return parsed_request(request, batch, input_dim, chunk)
+
+
+def check_input(request: InferRequest, input_dim: int, max_batch_size: int) -> tuple[RequestInput, int]:
+    """The request's one input tensor and its batch size, if its datatype and shape fit the model."""
     if len(request.inputs) != 1:
         raise ProtocolError(400, f"expected exactly 1 input tensor, got {len(request.inputs)}")
     tensor = request.inputs[0]
@@ -111,13 +125,14 @@ def parse_infer_request(body: bytes, input_dim: int, max_batch_size: int,
         raise ProtocolError(400, f"input '{tensor.name}': empty batch (shape {tensor.shape})")
     if batch > max_batch_size:
         raise ProtocolError(400, f"input '{tensor.name}': batch of {batch} exceeds the limit of {max_batch_size}")
-    sizes = [t.parameters.get("binary_data_size") for t in request.inputs]
-    if header_length is None and sizes[0] is not None:
-        raise ProtocolError(400, f"input '{tensor.name}': binary_data_size without the {binary.HEADER} "
-                                 "header (it says where the JSON ends and the binary data begins)")
+    return tensor, batch
+
+
+def parsed_request(request: InferRequest, batch: int, input_dim: int, raw: Optional[bytes]) -> ParsedRequest:
+    """The checked request's features (from JSON ``data``, or ``raw`` little-endian bytes) and options."""
+    tensor = request.inputs[0]
     try:
-        chunk = binary.split_inputs(sizes, [tensor.name], blob)[0]
-        x = _as_matrix(tensor, batch, input_dim, chunk)
+        x = _as_matrix(tensor, batch, input_dim, raw)
     except ValueError as err:
         raise ProtocolError(400, str(err)) from None
     outputs = [o.name for o in request.outputs] or None

@@ -119,7 +119,8 @@ def _start_serve(cfg: ServeConfig, attempts: int = 3):
     asked = cfg.http_options.model_dump(exclude_none=True)
     for attempt in range(attempts):
         try:
-            client = serve_api.serve_start(proxy_location=cfg.proxy_location, http_options=asked)
+            client = serve_api.serve_start(proxy_location=cfg.proxy_location, http_options=asked,
+                                           grpc_options=cfg.grpc_options and cfg.grpc_options.model_dump())
             break
         except ray.exceptions.RayActorError:
             if attempt == attempts - 1:

@@ -71,14 +71,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def running_serve() -> int:
+def running_serve(grpc_port: int | None = None) -> int:
     """The session's Serve on the shared cluster, started on first use on a free port of 127.0.0.1
     (or again, on the same port, after a test shut it down); returns the port. Tests that share it
-    deploy and delete their own apps, and leave Serve running."""
+    deploy and delete their own apps, and leave Serve running. ``grpc_port``: Serve starts anew with
+    its gRPC proxy serving KServe V2's service on that port too."""
     from ray import serve
 
+    from scaleforge.config.serve import GrpcOptions
+
     port = _CACHE.setdefault("serve", {"port": free_port()})["port"]
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    if grpc_port is None:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+    else:
+        serve.shutdown()  # a no-op where none runs; a running one keeps the options it started with
+        serve.start(http_options={"host": "127.0.0.1", "port": port},
+                    grpc_options=GrpcOptions(port=grpc_port).model_dump())
     return port
 
 

@@ -1,4 +1,4 @@
-"""The served app over real HTTP: the V2 endpoints, tritonclient, routing, bad input, failures.
+"""The served app over real HTTP and gRPC: the V2 endpoints, tritonclient, routing, bad input, failures.
 
 One Serve app (student/teacher cascade, MoE router over four expert deployments, bearer-token
 auth) on a free port of the session's Ray cluster; tests that break things (killed replicas) run last.
@@ -12,11 +12,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import httpx
 import numpy as np
 import pytest
 import ray
 import torch
+import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton
 from ray import serve
 
@@ -25,7 +27,7 @@ from scaleforge.artifacts.servable import load_servable
 from scaleforge.routing import calibrate_thresholds
 from serving.app import build_app
 from serving.protocol import SERVER_TIMING, parse_server_timing
-from serving_env import mnist1d, output, running_serve, serve_args, trained_models, v2_body
+from serving_env import free_port, mnist1d, output, running_serve, serve_args, trained_models, v2_body
 
 # Trains three small models and deploys nine replicas before the first test (about a minute idle).
 pytestmark = pytest.mark.slow
@@ -41,11 +43,12 @@ def server(ray_cluster, tmp_path_factory):
     token_file.write_text(TOKEN + "\n")
     args = serve_args(models, token_file=str(token_file))
     next(m for m in args["models"] if m["name"] == "teacher")["replicas"] = 2
-    port = running_serve()
+    grpc_port = free_port()
+    port = running_serve(grpc_port=grpc_port)
     serve.run(build_app(args), name=APP, route_prefix="/")
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60,
                           headers={"Authorization": f"Bearer {TOKEN}"})
-    yield {"client": client, "port": port, "models": models}
+    yield {"client": client, "port": port, "grpc_port": grpc_port, "models": models}
     client.close()
     serve.delete(APP)
 
@@ -172,6 +175,66 @@ def test_tritonclient_binary_tensors_get_the_answers_of_json(server, data, name,
             assert answer[o].dtype == as_json[o].dtype and answer[o].shape == as_json[o].shape, o
             np.testing.assert_allclose(answer[o], as_json[o], atol=1e-6, err_msg=f"{o}, binary {binary_in, binary_out}")
     assert (as_json["class"] == data["y_test"][:48]).mean() > 0.8
+
+
+@pytest.mark.parametrize("name,outputs", [("cascade", ("class", "probabilities", "stage", "confidence")),
+                                          ("moe", ("class", "probabilities", "experts", "fallback"))])
+def test_tritonclient_over_grpc_gets_the_answers_of_json(server, data, name, outputs):
+    """KServe V2's gRPC service through Serve's gRPC proxy: health, metadata and raw-tensor infer, the
+    same answers as the JSON endpoint (INT64, FP32 and BOOL outputs), with the same bearer token."""
+    client = triton_grpc.InferenceServerClient(url=f"127.0.0.1:{server['grpc_port']}")
+    headers = {"authorization": f"Bearer {TOKEN}"}
+    assert client.is_server_live() and client.is_server_ready()
+    assert client.is_model_ready(name, headers=headers)
+    meta = client.get_model_metadata(name, headers=headers, as_json=True)
+    assert meta["platform"] == f"scaleforge-{name}" and [o["name"] for o in meta["outputs"]] == list(outputs)
+    assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": ["-1", "40"]}]  # int64 as JSON strings
+    x = data["x_test"][:48]
+    tensor = triton_grpc.InferInput("input", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    result = client.infer(name, [tensor], outputs=[triton_grpc.InferRequestedOutput(o) for o in outputs],
+                          parameters={"trace": True}, headers=headers, request_id="grpc-1")
+    assert result.get_response().id == "grpc-1"
+    as_json = infer(server, name, x, trace=True)
+    for o in outputs:
+        expected = output(as_json, o).astype(result.as_numpy(o).dtype)
+        assert result.as_numpy(o).shape == expected.shape, o
+        np.testing.assert_allclose(result.as_numpy(o), expected, atol=1e-6, err_msg=o)
+    assert (result.as_numpy("class") == data["y_test"][:48]).mean() > 0.8
+
+
+def test_bad_grpc_calls_get_the_status_and_message_of_their_http_refusal(server, data):
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    x = data["x_test"][:4]
+    auth = (("authorization", f"Bearer {TOKEN}"),)
+    with grpc.insecure_channel(f"127.0.0.1:{server['grpc_port']}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+        def call(rows: np.ndarray, shape=None, model="teacher", metadata=auth, raw=None):
+            request = service_pb2.ModelInferRequest(model_name=model)
+            request.inputs.add(name="input", datatype="FP32", shape=list(rows.shape if shape is None else shape))
+            request.raw_input_contents.append(rows.astype("<f4").tobytes() if raw is None else raw)
+            return stub.ModelInfer(request, metadata=metadata, timeout=60)
+
+        with_nan = x.copy()
+        with_nan[2, 5] = np.inf
+        cases = [  # (call, status, message)
+            (lambda: call(x, metadata=()), grpc.StatusCode.UNAUTHENTICATED, "missing bearer token"),
+            (lambda: call(x, model="nope"), grpc.StatusCode.NOT_FOUND, "unknown model 'nope'"),
+            (lambda: call(x, shape=[4, 39]), grpc.StatusCode.INVALID_ARGUMENT, "shape must be [batch, 40]"),
+            (lambda: call(x, raw=b"\0" * 12), grpc.StatusCode.INVALID_ARGUMENT,
+             "12 bytes of binary data, but its shape needs 160 FP32 values"),
+            (lambda: call(with_nan), grpc.StatusCode.INVALID_ARGUMENT, "1 value(s) are NaN or infinite"),
+        ]
+        for i, (bad, status, message) in enumerate(cases):
+            with pytest.raises(grpc.RpcError) as refused:
+                bad()
+            assert refused.value.code() == status, (i, refused.value.code(), refused.value.details())
+            assert message in refused.value.details(), (i, refused.value.details())
+        answer = call(x)  # the well-formed call is answered
+        classes = np.frombuffer(answer.raw_output_contents[0], "<i8")
+        assert classes.tolist() == output(infer(server, "teacher", x), "class").tolist()
 
 
 def _binary_body(x: np.ndarray, size: int | None = None, *, shape=None, data=None,

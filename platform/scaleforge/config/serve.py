@@ -192,6 +192,18 @@ class HttpOptions(_Section):
     request_timeout_s: Optional[PositiveFloat] = None
 
 
+KSERVE_V2_SERVICER = "serving.grpc_v2.add_servicer_to_server"
+"""KServe V2's ``inference.GRPCInferenceService`` (as compiled in ``tritonclient``, Triton's superset)."""
+
+
+class GrpcOptions(_Section):
+    port: int = Field(default=9000, ge=1, le=65535)
+    """Port of Serve's gRPC proxy. Ray 2.60 binds it on every interface ([::]), not only 127.0.0.1: turn
+    gRPC on where the node's firewall keeps the port private, or with ``auth`` set."""
+    grpc_servicer_functions: list[str] = Field(default_factory=lambda: [KSERVE_V2_SERVICER], min_length=1)
+    """Import paths of the ``add_*Servicer_to_server`` functions Serve serves; the ingress answers KServe V2's."""
+
+
 class ServeApplication(_Section):
     name: str = Field(pattern=NAME_PATTERN)
     route_prefix: str = "/"
@@ -205,6 +217,8 @@ class ServeConfig(_Section):
 
     proxy_location: Literal["EveryNode", "HeadOnly", "Disabled"] = "EveryNode"
     http_options: HttpOptions = Field(default_factory=HttpOptions)
+    grpc_options: Optional[GrpcOptions] = None
+    """Set to serve the Open Inference Protocol over gRPC as well (off by default: see ``port``)."""
     applications: list[ServeApplication] = Field(min_length=1)
 
 
