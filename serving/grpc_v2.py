@@ -41,6 +41,7 @@ def add_servicer_to_server(servicer, server) -> None:
     """KServe V2's ``inference.GRPCInferenceService`` on Serve's gRPC server (``grpc_servicer_functions``)."""
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
 
+
 STATUS = {400: grpc.StatusCode.INVALID_ARGUMENT, 401: grpc.StatusCode.UNAUTHENTICATED,
           404: grpc.StatusCode.NOT_FOUND, 413: grpc.StatusCode.RESOURCE_EXHAUSTED, 503: grpc.StatusCode.UNAVAILABLE}
 """The gRPC status of each HTTP status the protocol refuses a request with."""
