@@ -77,11 +77,13 @@ def _restored(result) -> dict:
     ("ssp", ["server.checkpoint_every=50", "fault.kill_shard_at_update=130"]),
 ])
 def test_each_mode_converges_through_a_fault(ray_cluster, tmp_path, mode, fault):
-    """Async and ssp learn on one epoch of the default config, async losing a worker on the way, ssp a
+    """Async and ssp learn on two epochs of the default config, async losing a worker on the way, ssp a
     shard; sync learns through a lost shard in the next test. (The full default config reaches 0.92 in
     every mode through these faults: ``bench/training.py``.)"""
-    result = run_async_sgd(_config(tmp_path, f"server.mode={mode}", "workers.epochs=1", *fault))
-    assert result.test_accuracy >= 0.55, result.summary()  # one epoch (125 steps a worker): 0.65 in both modes
+    result = run_async_sgd(_config(tmp_path, f"server.mode={mode}", "workers.epochs=2", *fault))
+    # Two epochs (250 steps a worker): ssp 0.857-0.880 through the lost shard, async 0.895-0.921. One epoch
+    # sits on the steep part of the curve: ssp 0.504-0.634 on an idle machine, 0.514 in CI.
+    assert result.test_accuracy >= 0.75, result.summary()
     assert result.summary_path.is_file() and result.plot_path.stat().st_size > 0
     if mode == "async":  # SIGKILLed at step 100, replaced, resumed at its clock
         replaced = [e for e in result.events if e["event"] == "worker_replaced"]
