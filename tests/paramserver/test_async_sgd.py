@@ -82,7 +82,7 @@ def test_each_mode_converges_through_a_fault(ray_cluster, tmp_path, mode, fault)
     every mode through these faults: ``bench/training.py``.)"""
     result = run_async_sgd(_config(tmp_path, f"server.mode={mode}", "workers.epochs=2", *fault))
     # Two epochs (250 steps a worker): ssp 0.857-0.880 through the lost shard, async 0.895-0.921. One epoch
-    # sits on the steep part of the curve: ssp 0.504-0.634 on an idle machine, 0.514 in CI.
+    # sits on the steep part of the curve (ssp 0.504-0.634), too noisy for any bar that shows learning.
     assert result.test_accuracy >= 0.75, result.summary()
     assert result.summary_path.is_file() and result.plot_path.stat().st_size > 0
     if mode == "async":  # SIGKILLed at step 100, replaced, resumed at its clock
