@@ -17,6 +17,7 @@ import httpx
 import ray
 from ray import serve
 from ray.serve._private import api as serve_api  # what `serve run config.yaml` calls (Ray 2.60)
+from ray.serve.context import _get_global_client
 from ray.serve.schema import ApplicationStatus, ServeDeploySchema
 
 from scaleforge.artifacts import ArtifactError
@@ -184,6 +185,8 @@ def serve_until_interrupted(cfg: ServeConfig) -> str:
     url = deploy(cfg)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     print(f"serving {', '.join(a.name for a in cfg.applications)} at {url}/v2 (Ctrl-C stops)", flush=True)
+    for app, direct in direct_ingress_urls(_get_global_client().get_serve_details()).items():
+        print(f"  {app} also directly at {', '.join(f'{u}/v2' for u in direct)} (direct ingress)", flush=True)
     try:
         while True:
             time.sleep(3600)
@@ -195,6 +198,25 @@ def serve_until_interrupted(cfg: ServeConfig) -> str:
         else:
             ray.shutdown()
     return url
+
+
+def direct_ingress_urls(details: dict) -> dict[str, list[str]]:
+    """Each app's ingress replicas' own HTTP URLs, where Serve runs with direct ingress.
+
+    With ``RAY_SERVE_ENABLE_DIRECT_INGRESS=1`` in the cluster's environment (Ray 2.60), every ingress
+    replica also serves HTTP on a port of its own (30000 and up, on ``http_options.host``), so a
+    client or a load balancer reaches it without the proxy's hop (``bench/serving.py`` measures
+    both). ``details`` is Serve's instance details (``GET /api/serve/applications/`` on the
+    dashboard, or the Serve client's ``get_serve_details()``); without direct ingress: ``{}``.
+    """
+    host = (details.get("http_options") or {}).get("host") or "127.0.0.1"
+    urls: dict[str, list[str]] = {}
+    for group in details.get("target_groups") or []:
+        if group.get("ingress_deployment_name") and str(group.get("protocol")).endswith("HTTP"):
+            prefix = "" if group["route_prefix"] == "/" else group["route_prefix"]
+            urls[group["app_name"]] = [f"http://{target['ip'] if host in ('0.0.0.0', '::') else host}:"
+                                       f"{target['port']}{prefix}" for target in group["targets"]]
+    return urls
 
 
 def _same_shapes(owner: str, names: list[str], infos: list[ModelInfo]) -> None:

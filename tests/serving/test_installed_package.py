@@ -1,6 +1,7 @@
 """`pip install .` ships the Serve apps: from a folder outside the repository, with only the installed
 package on the path, `serving.app` and `scaleforge` import, and Ray's own `serve deploy` of
-`configs/serve.yaml`, its artifacts in a bucket, serves it on a running cluster."""
+`configs/serve.yaml`, its artifacts in a bucket, serves it on a running cluster, through Serve's proxy
+and, the cluster started with direct ingress on, at the ingress replica's own port."""
 
 import os
 import shutil
@@ -21,6 +22,7 @@ from scaleforge.config import ServeConfig
 from scaleforge.data import load_mnist1d
 from scaleforge.artifacts.parts import save_moe_parts
 from scaleforge.cluster import LocalHead
+from scaleforge.deploy import direct_ingress_urls
 from scaleforge.models import MLPSpec, MoESpec
 from scaleforge.quickfit import fit_and_save, fit_classifier
 from scaleforge.storage import join
@@ -70,7 +72,9 @@ def test_both_packages_import_from_the_install_and_nothing_else(installed, tmp_p
 
 def test_serve_deploy_serves_configs_serve_yaml_from_the_bucket_with_the_installed_package(installed, s3, tmp_path):
     """``serve deploy`` of ``configs/serve.yaml`` (its artifacts in a bucket, two of its eight experts) to a
-    running cluster whose Python has the installed package, from a folder that is not the repository."""
+    running cluster whose Python has the installed package, from a folder that is not the repository.
+    The cluster runs with ``RAY_SERVE_ENABLE_DIRECT_INGRESS=1``: the app's ingress replica also answers
+    at a port of its own, found from the dashboard's Serve details, with the proxy's answers."""
     data = load_mnist1d(2000, 42, 0.2, "~/.cache/scaleforge")
     root = s3.uri("installed")
     artifacts = {name: str(fit_and_save(join(root, name), MLPSpec(hidden=[hidden]), data, epochs=1))
@@ -89,7 +93,8 @@ def test_serve_deploy_serves_configs_serve_yaml_from_the_bucket_with_the_install
     (tmp_path / "serve.yaml").write_text(yaml.safe_dump(config))
 
     cache = tmp_path / "node-cache"
-    with LocalHead(num_cpus=4, environment={"PYTHONPATH": str(installed), "SCALEFORGE_CACHE": str(cache)}) as head:
+    environment = {"PYTHONPATH": str(installed), "SCALEFORGE_CACHE": str(cache), "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
+    with LocalHead(num_cpus=4, environment=environment) as head:
         env = head.env()
         deployed = subprocess.run([str(Path(sys.executable).with_name("serve")), "deploy", "serve.yaml",
                                    "--address", head.dashboard_url], cwd=tmp_path, env=env, capture_output=True,
@@ -98,8 +103,19 @@ def test_serve_deploy_serves_configs_serve_yaml_from_the_bucket_with_the_install
         x = data["x_test"][:8].astype(np.float32)
         answers = {name: _first_answer(f"http://127.0.0.1:{port}/v2/models/{name}/infer", v2_body(x))
                    for name in ("teacher", "cascade", "moe")}
+        details = httpx.get(f"{head.dashboard_url}/api/serve/applications/", timeout=30,
+                            headers={"Authorization": f"Bearer {head.token}"})
+        assert details.status_code == 200, details.text
+        direct = direct_ingress_urls(details.json())
+        assert list(direct) == ["scaleforge"] and len(direct["scaleforge"]) == 1, direct
+        direct_url = direct["scaleforge"][0]
+        assert direct_url.startswith("http://127.0.0.1:") and not direct_url.endswith(f":{port}"), direct_url
+        directly = {name: httpx.post(f"{direct_url}/v2/models/{name}/infer", json=v2_body(x), timeout=60)
+                    for name in ("teacher", "cascade", "moe")}
     for name, response in answers.items():
         assert response is not None and response.status_code == 200, (name, response and response.text)
+        assert directly[name].status_code == 200 and directly[name].json()["outputs"] == response.json()["outputs"], \
+            (name, directly[name].text)
     classes = next(o for o in answers["teacher"].json()["outputs"] if o["name"] == "class")
     with torch.inference_mode():
         expected = load_servable(artifacts["teacher"]).module(torch.from_numpy(x)).argmax(dim=-1)
