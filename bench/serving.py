@@ -24,6 +24,10 @@ Throughput, 8 clients:
                         below the teacher) on half of the test split; via proxy and direct;
   cascade, 2 deployments, direct  the same with the student as a deployment of its own, as
                         ``configs/serve.yaml`` runs it (no bar: shows what the split costs);
+  early exit, direct    the teacher's architecture with a side exit after its first conv block,
+                        trained on both exits' joint loss (BranchyNet), served as one cascade
+                        (``EarlyExitCNN1d.predict``) by 2 replicas, each its own ingress, the clients
+                        spread over their ports; threshold calibrated as the cascade's (no bar);
   uvicorn teacher       the teacher, 2 workers: same loader, V2 parsing and orjson responses;
   ..., binary tensors   the cascade and uvicorn with the V2 binary tensor extension both ways
                         (raw float32 inputs, raw int64/float32 outputs, as tritonclient sends them).
@@ -35,6 +39,9 @@ Time per hop at 1 client, from the ingress's ``Server-Timing`` header: the proxy
 client waited beyond the ingress's handler: the HTTP server, the network and, via proxy, the proxy),
 the ingress's own share (body, checks, parsing, routing, rendering) and the model's call (median per
 request).
+
+Before serving, accuracy against the share of inputs answered at stage 0, threshold by threshold,
+for the two-model cascade and the early-exit network (held out).
 
 Configurations alternate round by round; medians are reported. Accuracy is scored on the other half
 of the test split only. Each ratio is printed beside its bar (met or missed); exit status 1 if one
@@ -57,6 +64,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "platform"), str(REPO)]
@@ -73,8 +81,9 @@ from scaleforge.deploy import direct_ingress_urls  # noqa: E402
 from scaleforge.config.serve import ModelEntry  # noqa: E402
 from scaleforge.data import load_mnist1d  # noqa: E402
 from scaleforge.models import CNN1dSpec  # noqa: E402
-from scaleforge.quickfit import fit_and_save  # noqa: E402
-from scaleforge.routing import calibrate_thresholds  # noqa: E402
+from scaleforge.models.early_exit import EarlyExitCNN1d, joint_loss  # noqa: E402
+from scaleforge.quickfit import fit, fit_and_save  # noqa: E402
+from scaleforge.routing import calibrate_thresholds, simulate_cascade  # noqa: E402
 from serving.app import build_app  # noqa: E402
 from serving.models import split_like  # noqa: E402
 from serving.binary import HEADER  # noqa: E402
@@ -86,6 +95,7 @@ STUDENT = CNN1dSpec(channels=[16, 32], hidden=64, pool=True)
 # Wide and unpooled so that one batch of 64 costs well over 10 ms on a CPU core: the benchmark
 # then measures model cost, not framework overhead.
 TEACHER = CNN1dSpec(channels=[96, 192, 192], hidden=256)
+EXIT_AFTER = 1  # the early-exit network: the teacher with a side exit after its first conv block
 BATCH = 64
 THREADS = ModelEntry.model_fields["threads"].default  # torch threads per model process, everywhere
 MODEL_PROCESSES = 2  # the cascade's two model replicas; the teacher-only app and uvicorn get as many
@@ -123,6 +133,41 @@ class BareModel:
         return split_like(batches, probs)
 
 
+def load_early_exit(path: str) -> EarlyExitCNN1d:
+    model = EarlyExitCNN1d(TEACHER, 40, 10, exit_after=EXIT_AFTER)
+    model.load_state_dict(load_file(Path(path) / "model.safetensors"))
+    return model.eval()
+
+
+early_api = FastAPI()  # (a deployment's class is captured as it is declared: what it calls comes first)
+
+
+@serve.deployment
+@serve.ingress(early_api)
+class EarlyExitServer:
+    """The early-exit network served as one cascade: V2 handling, ``@serve.batch`` and
+    ``EarlyExitCNN1d.predict`` in one replica (only the rows its side exit hands on run the rest)."""
+
+    def __init__(self, path: str, threshold: float):
+        torch.set_num_threads(THREADS)
+        self.model, self.threshold = load_early_exit(path), threshold
+
+    @early_api.post("/v2/models/{name}/infer")
+    async def infer(self, name: str, request: Request):
+        try:
+            parsed = parse_infer_request(await request.body(), 40, 1024, request.headers.get(HEADER))
+        except ProtocolError as err:
+            return JSONResponse({"error": err.message}, status_code=err.status)
+        probs = await self.predict(parsed.x)
+        outputs = {"class": probs.argmax(axis=1).astype(np.int64), "probabilities": probs}
+        return render(infer_response(name, parsed.id, outputs, None), parsed)
+
+    @serve.batch(max_batch_size=MAX_BATCH_SIZE, batch_wait_timeout_s=0.0)
+    async def predict(self, batches: list[np.ndarray]) -> list[np.ndarray]:
+        answer = self.model.predict(torch.from_numpy(np.concatenate(batches)), self.threshold)
+        return split_like(batches, answer.probs.numpy())
+
+
 def trained(data) -> dict[str, str]:
     paths = {}
     for role, spec, epochs in (("student", STUDENT, 6), ("teacher", TEACHER, 3)):
@@ -131,6 +176,16 @@ def trained(data) -> dict[str, str]:
             print(f"training the {role} (cached in {path}) ...", file=sys.stderr, flush=True)
             fit_and_save(path, spec, data, epochs=epochs)
         paths[role] = str(path)
+    path = CACHE / f"early-exit-{EXIT_AFTER}"
+    if not (path / "model.safetensors").is_file():
+        print(f"training the early-exit network (cached in {path}) ...", file=sys.stderr, flush=True)
+        torch.manual_seed(0)  # as fit_and_save trains the teacher, with the joint loss of both exits
+        model = fit(EarlyExitCNN1d(TEACHER, 40, 10, exit_after=EXIT_AFTER), data["x"], data["y"], epochs=3,
+                    batch_size=256, lr=3e-3, weight_decay=1e-4, one_cycle=True, loss=joint_loss)
+        path.mkdir(parents=True, exist_ok=True)
+        save_file(model.state_dict(), str(path / "model.safetensors.tmp"))
+        os.replace(path / "model.safetensors.tmp", path / "model.safetensors")
+    paths["early-exit"] = str(path)
     return paths
 
 
@@ -147,15 +202,42 @@ def cost_ms(path: str, x: np.ndarray) -> float:
     return 1e3 * float(np.median(times[1:]))
 
 
-def calibrated_threshold(paths, x, y) -> float:
+def exit_probs(paths, x: np.ndarray) -> dict[str, list[torch.Tensor]]:
+    """Both stages' probabilities for every input: the two-model cascade's (student, teacher) and
+    the early-exit network's (side exit, final exit)."""
+    inputs = torch.from_numpy(x)
     with torch.inference_mode():
-        probs = [load_servable(paths[r]).module(torch.from_numpy(x)).softmax(1) for r in ("student", "teacher")]
+        cascade = [load_servable(paths[r]).module(inputs).softmax(1) for r in ("student", "teacher")]
+        early = [logits.softmax(1) for logits in load_early_exit(paths["early-exit"]).exit_logits(inputs)]
+    return {"cascade": cascade, "early exit": early}
+
+
+def calibrated_thresholds(probs: dict[str, list[torch.Tensor]], y: np.ndarray) -> dict[str, float]:
+    """Each cascade's threshold, calibrated like ``jobs.calibrate``: 0.5 point below the teacher (or
+    below its own last stage, where that is lower)."""
     labels = torch.from_numpy(y)
-    teacher = float((probs[1].argmax(1) == labels).float().mean())
-    return calibrate_thresholds(probs, labels, "max_prob", target_accuracy=teacher - 0.005, safety_sd=2.0)[0]
+    last = {name: float((stages[1].argmax(1) == labels).float().mean()) for name, stages in probs.items()}
+    return {name: calibrate_thresholds(stages, labels, "max_prob", safety_sd=2.0,
+                                       target_accuracy=min(last["cascade"], last[name]) - 0.005)[0]
+            for name, stages in probs.items()}
 
 
-def deploy(paths: dict[str, str], threshold: float) -> None:
+def print_exit_curves(probs: dict[str, list[torch.Tensor]], y: np.ndarray) -> None:
+    """Accuracy against the share of inputs answered at the first stage, threshold by threshold (held out)."""
+    labels = torch.from_numpy(y)
+    print("accuracy / share answered at stage 0 (held out), by threshold on max_prob")
+    thresholds = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99, 1.01)
+    print(f"  {'threshold':24s}" + "".join(f"{t:>14g}" for t in thresholds))
+    for name, stages in probs.items():
+        cells = []
+        for threshold in thresholds:
+            result = simulate_cascade(stages, [threshold], "max_prob")
+            cells.append(f"{float((result.predictions == labels).float().mean()):.4f} / {result.answered_at(0):4.0%}")
+        print(f"  {name:24s}" + "".join(f"{cell:>14s}" for cell in cells))
+
+
+def deploy(paths: dict[str, str], thresholds: dict[str, float]) -> None:
+    threshold = thresholds["cascade"]
     model = {"num_cpus": 0.1, "threads": THREADS, "max_ongoing_requests": 32, "max_queued_requests": -1}
     ingress = {"num_cpus": 0.1, "max_ongoing_requests": 64, "max_queued_requests": -1}
     teacher = {"name": "teacher", "artifact": paths["teacher"], **model}
@@ -172,6 +254,9 @@ def deploy(paths: dict[str, str], threshold: float) -> None:
     serve.run(build_app(separate), name="cascade-2-deployments", route_prefix="/cascade-2-deployments")
     serve.run(BareModel.options(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64).bind(paths["student"]),
               name="bare", route_prefix="/bare")
+    serve.run(EarlyExitServer.options(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64,
+                                      num_replicas=MODEL_PROCESSES).bind(paths["early-exit"], thresholds["early exit"]),
+              name="early-exit", route_prefix="/early-exit")
 
 
 @contextlib.contextmanager
@@ -238,9 +323,12 @@ def predicted_classes(response: httpx.Response) -> np.ndarray:
     return np.frombuffer(response.content[length:length + first["parameters"]["binary_data_size"]], "<i8")
 
 
-async def drive(url: str, requests: list[tuple[bytes, dict]], labels: list[np.ndarray], concurrency: int,
-                seconds: float) -> dict:
+async def drive(url: str | list[str], requests: list[tuple[bytes, dict]], labels: list[np.ndarray],
+                concurrency: int, seconds: float) -> dict:
     """Closed loop: ``concurrency`` clients, each sending its next request when the last returns.
+
+    ``url``: one, or one per replica (direct ingress gives each replica a port of its own): the
+    clients are spread over them in turn, as a load balancer over Serve's target group spreads them.
 
     Several clients open a connection per request: uvicorn's workers share one listening socket, and
     8 kept-alive connections often all land on the worker that woke first, idling the other core.
@@ -250,8 +338,9 @@ async def drive(url: str, requests: list[tuple[bytes, dict]], labels: list[np.nd
     closing = {"connection": "close"} if concurrency > 1 else {}
     limits = httpx.Limits(max_connections=concurrency)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        await asyncio.gather(*(client.post(url, content=requests[i][0], headers=requests[i][1] | closing)
-                               for i in range(concurrency)))
+        urls = [url] if isinstance(url, str) else url
+        await asyncio.gather(*(client.post(urls[i % len(urls)], content=requests[i][0],
+                                           headers=requests[i][1] | closing) for i in range(concurrency)))
         deadline = time.perf_counter() + seconds
 
         async def worker(offset: int):
@@ -260,7 +349,7 @@ async def drive(url: str, requests: list[tuple[bytes, dict]], labels: list[np.nd
             while time.perf_counter() < deadline:
                 start = time.perf_counter()
                 body, headers = requests[index % len(requests)]
-                response = await client.post(url, content=body, headers=headers | closing)
+                response = await client.post(urls[offset % len(urls)], content=body, headers=headers | closing)
                 latencies.append(time.perf_counter() - start)
                 timing = parse_server_timing(response.headers.get(SERVER_TIMING, ""))
                 if {"ingress", "model"} <= set(timing):  # our ingress says where its time went
@@ -296,15 +385,17 @@ def main() -> int:
     calibration, held_out = order[:2000], order[2000:]
     paths = trained(data)
     costs = {role: cost_ms(paths[role], data["x_test"]) for role in ("student", "teacher")}
-    threshold = calibrated_threshold(paths, data["x_test"][calibration], data["y_test"][calibration])
+    thresholds = calibrated_thresholds(exit_probs(paths, data["x_test"][calibration]), data["y_test"][calibration])
+    x, y = data["x_test"][held_out], data["y_test"][held_out]
     print(f"forward pass of {BATCH} on {THREADS} thread: student {costs['student']:.1f} ms, teacher "
-          f"{costs['teacher']:.1f} ms; calibrated threshold {threshold:.3f}; {os.cpu_count()} cores")
+          f"{costs['teacher']:.1f} ms; calibrated thresholds: cascade {thresholds['cascade']:.3f}, early exit "
+          f"{thresholds['early exit']:.3f}; {os.cpu_count()} cores")
     print(f"model CPU, {THREADS} torch thread per process: teacher-only Serve {MODEL_PROCESSES} teacher replicas "
           "and an ingress; cascade 1 ingress running the student + 1 teacher replica; cascade, 2 deployments: "
-          f"1 student + 1 teacher replica and an ingress; uvicorn {MODEL_PROCESSES} workers; bare stage-0 Serve "
-          "1 replica (every Serve app also has Serve's HTTP proxy)", flush=True)
-
-    x, y = data["x_test"][held_out], data["y_test"][held_out]
+          f"1 student + 1 teacher replica and an ingress; early exit {MODEL_PROCESSES} replicas, each its own "
+          f"ingress; uvicorn {MODEL_PROCESSES} workers; bare stage-0 Serve 1 replica (every Serve app also has "
+          "Serve's HTTP proxy)", flush=True)
+    print_exit_curves(exit_probs(paths, x), y)
     labels = [y[i:i + BATCH] for i in range(0, len(x) - BATCH + 1, BATCH)]
     results: dict[str, list[dict]] = {}
     os.environ.update(SERVE_ENV)
@@ -312,10 +403,11 @@ def main() -> int:
     try:
         port = _free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        deploy(paths, threshold)
+        deploy(paths, thresholds)
         base = f"http://127.0.0.1:{port}"
-        direct = {app: urls[0] for app, urls in direct_ingress_urls(_get_global_client().get_serve_details()).items()}
-        cascade, split = f"{direct['cascade']}/v2/models/cascade/infer", "cascade-2-deployments"
+        direct = direct_ingress_urls(_get_global_client().get_serve_details())
+        cascade, split = f"{direct['cascade'][0]}/v2/models/cascade/infer", "cascade-2-deployments"
+        early = [f"{url}/v2/models/early-exit/infer" for url in direct["early-exit"]]  # a port per replica
         with plain_server(paths["teacher"], "teacher") as uvicorn_teacher, \
                 plain_server(paths["student"], "student") as uvicorn_student:
             c, one = args.concurrency, 1
@@ -323,7 +415,8 @@ def main() -> int:
                 "teacher-only Serve": (f"{base}/teacher-only/v2/models/teacher/infer", bodies(x), c),
                 "cascade via proxy": (f"{base}/cascade/v2/models/cascade/infer", bodies(x), c),
                 "cascade, direct": (cascade, bodies(x), c),
-                "cascade, 2 deployments, direct": (f"{direct[split]}/v2/models/cascade/infer", bodies(x), c),
+                "cascade, 2 deployments, direct": (f"{direct[split][0]}/v2/models/cascade/infer", bodies(x), c),
+                "early exit, direct": (early, bodies(x), c),
                 "uvicorn teacher": (uvicorn_teacher, bodies(x), c),
                 "cascade, direct, binary": (cascade, binary_bodies(x), c),
                 "uvicorn, binary tensors": (uvicorn_teacher, binary_bodies(x), c),
@@ -363,7 +456,8 @@ def report(results: dict[str, list[dict]], args) -> int:
     failed = sum(int(r["failures"]) for rs in results.values() for r in rs)
     c = args.concurrency
     rows = [
-        (f"cascade, direct / uvicorn teacher, c={c}", *ratio("throughput", "cascade, direct", "uvicorn teacher", 2.0, True)),
+        (f"cascade, direct / uvicorn teacher, c={c}",
+         *ratio("throughput", "cascade, direct", "uvicorn teacher", 2.0, True)),
         (f"cascade, direct / uvicorn teacher, binary tensors, c={c}",
          *ratio("throughput", "cascade, direct, binary", "uvicorn, binary tensors", 2.0, True)),
         ("stage 0, direct / uvicorn stage 0, p50 c=1", *ratio("p50", "stage 0, direct", "uvicorn stage 0", 2.0, False)),
@@ -376,15 +470,19 @@ def report(results: dict[str, list[dict]], args) -> int:
         ("failed requests, every run", str(failed), "0", failed == 0),
     ]
     # Reported without a bar: what the proxy's hop and the split into deployments cost.
-    for ours in ("cascade via proxy", "cascade, 2 deployments, direct"):
+    for ours in ("cascade via proxy", "cascade, 2 deployments, direct", "early exit, direct"):
         shown = ratio("throughput", ours, "uvicorn teacher", 0, True)[0]
         print(f"{ours} / uvicorn teacher, c={c}: {shown}, no bar")
-    print(f"stage 0 via proxy / uvicorn stage 0, p50 c=1: {ratio('p50', 'stage 0 via proxy', 'uvicorn stage 0', 0, False)[0]}"
-          ", no bar\n")
+    shown = ratio("throughput", "early exit, direct", "cascade, direct", 0, True)[0]
+    print(f"early exit, direct / cascade, direct, c={c}: {shown}, accuracy "
+          f"{med['early exit, direct']['accuracy']:.4f} against {cascade:.4f}, no bar")
+    shown = ratio("p50", "stage 0 via proxy", "uvicorn stage 0", 0, False)[0]
+    print(f"stage 0 via proxy / uvicorn stage 0, p50 c=1: {shown}, no bar\n")
     # Where a request's time goes on Serve, from the ingress's Server-Timing header (medians per request):
     # the first hop (the HTTP server, the network and the proxy if any) is what the client waited
     # beyond the ingress's handler.
-    print("time per hop, 1 client (ms): HTTP server + network (+ proxy), ingress (parse, route, render), model (its call)")
+    print("time per hop, 1 client (ms): HTTP server + network (+ proxy), ingress (parse, route, render), "
+          "model (its call)")
     for name, m in med.items():
         if m["clients"] == 1 and not math.isnan(m["ingress_ms"]):
             print(f"  {name:30s} {m['proxy_ms']:6.2f} {m['ingress_ms']:6.2f} {m['model_ms']:6.2f}   "

@@ -8,7 +8,7 @@ The same loop fits a language model on token windows (integer ``x``, a label per
 
 import math
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -19,19 +19,32 @@ from scaleforge.artifacts import save_artifact
 from scaleforge.models import build_model
 
 
+Loss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+"""``loss(model, inputs, labels)``: a scalar to minimise on one batch."""
+
+
+def cross_entropy(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of the model's logits (per token for a language model), plus its ``aux_loss()``
+    (MoE balancing losses) when it has one."""
+    loss = F.cross_entropy(model(inputs).flatten(0, -2), labels.flatten())
+    return loss + model.aux_loss() if hasattr(model, "aux_loss") else loss
+
+
 def fit(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int, batch_size: int, lr: float,
-        weight_decay: float = 0.0, generator: Optional[torch.Generator] = None, one_cycle: bool = False) -> nn.Module:
+        weight_decay: float = 0.0, generator: Optional[torch.Generator] = None, one_cycle: bool = False,
+        loss: Loss = cross_entropy) -> nn.Module:
     """``epochs`` shuffled passes of AdamW over ``(x, y)``, in place; returns the model in eval mode.
 
     Args:
-        model: Any classifier or language model; its ``aux_loss()`` (MoE balancing losses) is added
-            when it has one.
+        model: Any classifier or language model.
         x: [examples, features] float32, or a language model's [windows, tokens] integer token ids.
         y: [examples] int64 labels, or [windows, tokens] next tokens.
         generator: Shuffling RNG (default: torch's global one).
         one_cycle: One-cycle learning rate (warm-up, then annealing) instead of a constant ``lr``.
             Pruning masks registered by ``torch.nn.utils.prune`` stay applied (their forward hooks
             multiply the weights), so pruned weights stay zero.
+        loss: The objective per batch (default: :func:`cross_entropy`; an early-exit network's
+            joint loss over its exits: ``scaleforge.models.early_exit.joint_loss``).
     """
     if epochs == 0:
         return model
@@ -42,11 +55,9 @@ def fit(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int, batch_si
     model.train()
     for _ in range(epochs):
         for rows in torch.randperm(len(inputs), generator=generator).split(batch_size):
-            loss = F.cross_entropy(model(inputs[rows]).flatten(0, -2), labels[rows].flatten())
-            if hasattr(model, "aux_loss"):
-                loss = loss + model.aux_loss()
+            value = loss(model, inputs[rows], labels[rows])
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            value.backward()
             optimizer.step()
             if schedule is not None:
                 schedule.step()
