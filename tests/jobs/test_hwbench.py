@@ -41,20 +41,23 @@ def test_hwbench_measures_every_node_and_agrees_with_a_plain_matmul_loop(ray_clu
     # costs seconds of both cores per attempt.
     cfg = load_config(HWBenchConfig, REPO / "configs/hwbench.yaml",
                       [f"output={tmp_path / 'hw.json'}", "repeats=20", "cpu_matmul_size=512"])
-    # Best of 20 on both sides, and up to three pairs of measurements: other work on the machine (the
-    # suite's other worker) may slow one side of one pair; a wrong unit or formula misses every time.
+    # Best of 20 on both sides, the plain loop measured just before and just after hwbench, up to five
+    # times: the suite's other worker loads the cores in bursts, which may slow one measurement of a
+    # round; a wrong unit or formula misses every time.
     plain_loop = ray.remote(num_cpus=1)(_plain_matmul_tflops)
-    for _ in range(3):
+    for _ in range(5):
+        before = ray.get(plain_loop.remote())
         result = run_hwbench(cfg)
         nodes = [n for n in ray_cluster.nodes() if n["Alive"]]
         cpus = [r for r in result.reports if r.device == "cpu"]
         assert len(cpus) == len(nodes)
         cpu = cpus[0]
         assert cpu.matmul_tflops["fp32"] > 0 and cpu.memory_gbps > 0
-        plain = ray.get(plain_loop.remote())
-        if 0.5 <= cpu.matmul_tflops["fp32"] / plain <= 2.0:
+        after = ray.get(plain_loop.remote())
+        agrees = 0.5 * min(before, after) <= cpu.matmul_tflops["fp32"] <= 2.0 * max(before, after)
+        if agrees:
             break
-    assert 0.5 <= cpu.matmul_tflops["fp32"] / plain <= 2.0, (cpu.matmul_tflops, plain)
+    assert agrees, (cpu.matmul_tflops, before, after)
     written = json.loads((tmp_path / "hw.json").read_text())
     assert written[0]["matmul_tflops"]["fp32"] == cpu.matmul_tflops["fp32"]
     assert "fp32 TFLOP/s" in result.summary()
