@@ -10,7 +10,8 @@ atomically, so a reader never sees half of it.
 
 Any further page (the README) may quote one row of a benchmark's output inline, between
 ``<!-- bench-row:<name>:<start of the row> -->`` and ``<!-- /bench-row -->``: the row of
-``<name>.txt`` that starts so replaces what is between them, so that no measured number is typed by hand.
+``<name>.txt`` that starts so replaces what is between them, so that no measured number is typed by hand;
+or a benchmark's whole output, in a block of its own (there, a block is replaced, never added).
 """
 
 import datetime
@@ -59,20 +60,28 @@ def quote(page: str, outputs: dict[str, str]) -> str:
     return QUOTE.sub(row, page)
 
 
+def measured_on(result: Path) -> str:
+    """The date a benchmark's output was written (its file's)."""
+    return datetime.date.fromtimestamp(result.stat().st_mtime).isoformat()
+
+
 def main(page_path: str, results_dir: str, *quoting: str) -> None:
     """Rewrite the results page from every ``<name>.txt`` in ``results_dir``, and the rows that the
     ``quoting`` pages quote."""
     page = Path(page_path)
     text = page.read_text() if page.is_file() else HEADER
     results = sorted(Path(results_dir).glob("*.txt"))
-    for result in results:  # dated by when it was measured
-        when = datetime.date.fromtimestamp(result.stat().st_mtime).isoformat()
-        text = update(text, result.stem, result.read_text(), when)
+    for result in results:
+        text = update(text, result.stem, result.read_text(), measured_on(result))
     write_atomic(page, text)
     print(f"{page}: {len(results)} benchmark tables updated")
     outputs = {result.stem: result.read_text() for result in results}
     for other in map(Path, quoting):
-        write_atomic(other, quote(other.read_text(), outputs))
+        quoted = quote(other.read_text(), outputs)
+        for result in results:
+            if f"<!-- bench:{result.stem} -->" in quoted:
+                quoted = update(quoted, result.stem, outputs[result.stem], measured_on(result))
+        write_atomic(other, quoted)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,7 @@ from scaleforge.data import load_mnist1d  # noqa: E402
 from scaleforge.models import CNN1dSpec  # noqa: E402
 from scaleforge.models.early_exit import EarlyExitCNN1d, joint_loss  # noqa: E402
 from scaleforge.quickfit import fit, fit_and_save  # noqa: E402
+from scaleforge.runtime import SERVE_DIRECT_INGRESS  # noqa: E402
 from scaleforge.routing import calibrate_thresholds, simulate_cascade  # noqa: E402
 from serving.app import build_app  # noqa: E402
 from serving.models import split_like  # noqa: E402
@@ -99,7 +100,7 @@ EXIT_AFTER = 1  # the early-exit network: the teacher with a side exit after its
 BATCH = 64
 THREADS = ModelEntry.model_fields["threads"].default  # torch threads per model process, everywhere
 MODEL_PROCESSES = 2  # the cascade's two model replicas; the teacher-only app and uvicorn get as many
-SERVE_ENV = {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1", "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
+SERVE_ENV = {**SERVE_DIRECT_INGRESS, "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
 """Serve's low-overhead settings, read by its controller and replicas when they start (set before ``ray.init``)."""
 MAX_BATCH_SIZE = ModelEntry.model_fields["max_batch_size"].default
 BATCH_WAIT_S = ModelEntry.model_fields["batch_wait_timeout_s"].default  # both as our model deployments

@@ -185,7 +185,7 @@ def serve_until_interrupted(cfg: ServeConfig) -> str:
     url = deploy(cfg)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     print(f"serving {', '.join(a.name for a in cfg.applications)} at {url}/v2 (Ctrl-C stops)", flush=True)
-    for app, direct in direct_ingress_urls(_get_global_client().get_serve_details()).items():
+    for app, direct in running_direct_ingress_urls().items():
         print(f"  {app} also directly at {', '.join(f'{u}/v2' for u in direct)} (direct ingress)", flush=True)
     try:
         while True:
@@ -217,6 +217,11 @@ def direct_ingress_urls(details: dict) -> dict[str, list[str]]:
             urls[group["app_name"]] = [f"http://{target['ip'] if host in ('0.0.0.0', '::') else host}:"
                                        f"{target['port']}{prefix}" for target in group["targets"]]
     return urls
+
+
+def running_direct_ingress_urls() -> dict[str, list[str]]:
+    """:func:`direct_ingress_urls` of the Serve this process deployed to."""
+    return direct_ingress_urls(_get_global_client().get_serve_details())
 
 
 def _same_shapes(owner: str, names: list[str], infos: list[ModelInfo]) -> None:

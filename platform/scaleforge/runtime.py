@@ -20,6 +20,11 @@ change (started, finished) waits for a poll, so on a machine where a poll is che
 sooner at 0.5 s; and it starts a preemption watcher per run, an extra process, for cloud nodes that a
 local Ray does not have."""
 
+SERVE_DIRECT_INGRESS = {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
+"""Serve on an embedded Ray: each app's ingress replica also answers HTTP on a port of its own (on
+``http_options.host``), next to the proxy, so that a client can skip the proxy's hop
+(:func:`scaleforge.deploy.direct_ingress_urls`; ``docs/serving.md``). Set it to 0 to turn it off."""
+
 _QUIET = {"ray": logging.ERROR, "ray.data": logging.ERROR, "ray.serve": logging.ERROR, "ray.train": logging.WARNING}
 """Driver-side loggers and the least level that reaches the console. Serve's driver-side warnings are
 about its own internals under load (a replica slow to report its queue, other HTTP options than the
@@ -62,7 +67,7 @@ def ensure_ray(min_cpus: float) -> None:
     if joins_a_cluster():
         ray.init(**quiet)
     else:
-        for name, value in FAST_POLLING.items():
+        for name, value in {**FAST_POLLING, **SERVE_DIRECT_INGRESS}.items():
             os.environ.setdefault(name, value)
         cpus = max(float(os.cpu_count() or 1), min_cpus)
         # The raylet starts at most one worker process per physical core at once and warns on the

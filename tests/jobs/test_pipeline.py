@@ -41,7 +41,7 @@ TINY = [
              "'sweeps=[]', measure.repeats=2, scaling.num_workers=1]",
     "--set", "moe.set=[data.num_samples=3000, optim.epochs=1, model.num_experts=2, scaling.num_workers=1]",  # 2 experts
     "--set", "calibrate.set=[data.num_samples=3000]",
-    "--set", "query.max_inputs=128",
+    "--set", "query.max_inputs=128", "--set", "query.seconds=0",
 ]
 
 

@@ -87,3 +87,67 @@ def test_a_connection_reset_on_every_attempt_fails_the_request_with_the_transpor
     finally:
         server.close()
     assert server.requests == ATTEMPTS
+
+
+class ClassifyingServer:
+    """A V2 inference server on 127.0.0.1 whose answer for a row is its first feature, as a class; it
+    counts the requests it answered."""
+
+    def __init__(self):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        owner = self
+        self.requests = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                tensor = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["inputs"][0]
+                rows = np.asarray(tensor["data"], dtype=np.float32).reshape(tensor["shape"])
+                body = json.dumps({"outputs": [{"name": "class", "shape": [len(rows)], "datatype": "INT64",
+                                                "data": rows[:, 0].astype(int).tolist()}]}).encode()
+                owner.requests += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.5])
+def test_a_timed_query_sends_the_inputs_again_and_scores_the_first_pass(seconds):
+    """One pass (seconds=0) sends each batch once; a timed one keeps every client busy until the time is
+    up and counts every input it sent in the throughput, while the accuracy stays that of the inputs.
+    The clients spread over the endpoint's URLs (two servers, as two ingress replicas' own ports)."""
+    from scaleforge.config.pipeline import QuerySpec
+    from scaleforge.pipeline.query import query_model
+
+    y = np.arange(100) % 10
+    x = np.zeros((100, 4), dtype=np.float32)
+    x[:, 0] = np.where(np.arange(100) < 75, y, (y + 1) % 10)  # the first 75 rows answer right
+    servers = [ClassifyingServer(), ClassifyingServer()]
+    try:
+        result = query_model([s.url for s in servers], "teacher", x, y,
+                             QuerySpec(batch_size=16, concurrency=3, seconds=seconds))
+    finally:
+        for server in servers:
+            server.close()
+    assert result.accuracy == 0.75
+    assert result.requests == sum(s.requests for s in servers)
+    if seconds:
+        assert result.requests > 7 and result.seconds >= seconds
+        assert all(s.requests for s in servers)  # every client kept sending until the time was up
+    else:
+        assert result.requests == 7  # 100 inputs in batches of 16
+    sizes = [16] * 6 + [4]
+    assert result.inputs_per_s * result.seconds == pytest.approx(sum(sizes[i % 7] for i in range(result.requests)))

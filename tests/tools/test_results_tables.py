@@ -52,3 +52,17 @@ def test_a_page_quotes_one_row_of_a_benchmarks_output():
     assert "`a. push + pull, 10M: ours / docs  2.6x-3.1x  >= 2.5x yes`" in quoted  # columns: two spaces and "old" not in quoted
     assert "`kept`" in quoted  # no output of that benchmark: left as it is
     assert quote(quoted, {"paramserver": output}) == quoted
+
+
+def test_a_quoting_page_gets_a_whole_block_replaced_but_never_one_added(tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "demo.txt").write_text("cascade 3,848\n")
+    (tmp_path / "results" / "moe.txt").write_text("ratio 0.31\n")
+    readme = tmp_path / "README.md"
+    readme.write_text("# front page\n\n<!-- bench:demo -->\nold table\n<!-- /bench:demo -->\n\nlayout\n")
+    command = [sys.executable, str(REPO / "bench/results_tables.py"), str(tmp_path / "results.md"),
+               str(tmp_path / "results"), str(readme)]
+    assert subprocess.run(command, capture_output=True, text=True).returncode == 0
+    text = readme.read_text()
+    assert "cascade 3,848" in text and "old table" not in text and "ratio 0.31" not in text
+    assert text.startswith("# front page\n") and text.endswith("\n\nlayout\n")

@@ -6,7 +6,7 @@ loads and checks them before the first stage starts.
 
 from typing import Literal, Optional, get_args
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, NonNegativeFloat, PositiveInt
 
 from scaleforge.config.schema import _Section
 from scaleforge.config.storage_root import storage_layout
@@ -35,6 +35,9 @@ class QuerySpec(_Section):
     concurrency: PositiveInt = 4
     max_inputs: Optional[PositiveInt] = None
     """At most this many test inputs per served model (default: all)."""
+    seconds: NonNegativeFloat = 0.0
+    """Keep sending the test inputs again, per served model, until this many seconds have passed:
+    throughput and latency over every request, accuracy over the first pass (0: one pass)."""
 
 
 class PlacementSpec(_Section):

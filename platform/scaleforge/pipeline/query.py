@@ -1,7 +1,11 @@
 """The query stage: the held-out test set sent through every served model's HTTP endpoint."""
 
+import itertools
+import queue
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
 
 import httpx
 import numpy as np
@@ -36,9 +40,10 @@ class QueryStage(PipelineStage):
         x, y = test_set(ctx.records.calibrate)
         limit = ctx.cfg.query.max_inputs or len(y)
         x, y = x[:limit], y[:limit]
-        models = {name: query_model(served.url, name, x, y, ctx.cfg.query) for name in SERVED}
-        return QueryRecord(url=served.url, inputs=len(y), placement=served.placement, models=models,
-                           pipeline_wall_s=time.perf_counter() - ctx.started)
+        urls = served.direct_urls or [served.url]
+        models = {name: query_model(urls, name, x, y, ctx.cfg.query) for name in SERVED}
+        return QueryRecord(url=urls[0], inputs=len(y), placement=served.placement, models=models,
+                           direct=bool(served.direct_urls), pipeline_wall_s=time.perf_counter() - ctx.started)
 
 
 def test_set(calibrated: CalibrateRecord) -> tuple[np.ndarray, np.ndarray]:
@@ -49,30 +54,62 @@ def test_set(calibrated: CalibrateRecord) -> tuple[np.ndarray, np.ndarray]:
     return arrays.x_test[rows].astype(np.float32), arrays.y_test[rows]
 
 
-def query_model(url: str, name: str, x: np.ndarray, y: np.ndarray, spec: QuerySpec) -> ServedModelResult:
-    """POST the inputs in batches from ``spec.concurrency`` clients; accuracy, latency and routing shares."""
+def query_model(urls: list[str], name: str, x: np.ndarray, y: np.ndarray, spec: QuerySpec) -> ServedModelResult:
+    """POST the inputs in batches from ``spec.concurrency`` clients, each sending its next batch as soon
+    as its last one is answered, for one pass over the inputs or ``spec.seconds`` if longer; accuracy
+    (over the first pass), latency, throughput and routing shares. ``urls``: the endpoint's base URLs
+    (the proxy, or each ingress replica's own), the clients spread over them."""
     batches = [(start, x[start:start + spec.batch_size]) for start in range(0, len(x), spec.batch_size)]
     parameters = {"trace": True} if name in ("cascade", "moe") else {}
+    tickets, lock, finished = itertools.count(), threading.Lock(), queue.Queue()
 
-    def send(item):
-        start, rows = item
+    def send(client: httpx.Client, start: int, rows: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
         body = {"inputs": [{"name": "input", "shape": list(rows.shape), "datatype": "FP32",
                             "data": rows.ravel().tolist()}], "parameters": parameters}
         began = time.perf_counter()
         response = post_idempotent(client, f"/v2/models/{name}/infer", body, f"[query] {name}: rows {start}+")
         elapsed = time.perf_counter() - began  # the latency a client sees, retries included
         response.raise_for_status()
-        return start, elapsed, {o["name"]: np.asarray(o["data"]).reshape(o["shape"]) for o in response.json()["outputs"]}
+        return elapsed, {o["name"]: np.asarray(o["data"]).reshape(o["shape"]) for o in response.json()["outputs"]}
 
-    with httpx.Client(base_url=url, timeout=120) as client, ThreadPoolExecutor(spec.concurrency) as pool:
+    def closed_loop_client(url: str) -> None:
+        try:
+            with httpx.Client(base_url=url, timeout=120) as client:
+                while True:
+                    with lock:  # tickets are sent in order: the requests sent are tickets 0 to n - 1
+                        ticket = next(tickets)
+                        if ticket >= len(batches) and time.perf_counter() >= deadline:
+                            return
+                    start, rows = batches[ticket % len(batches)]
+                    elapsed, outputs = send(client, start, rows)
+                    finished.put((start, len(rows), elapsed, outputs if ticket < len(batches) else None))
+        finally:
+            finished.put(None)
+
+    def answered() -> Iterator[tuple]:
+        ended = 0
+        while ended < spec.concurrency:
+            item = finished.get()
+            if item is None:
+                ended += 1
+            else:
+                yield item
+
+    with ThreadPoolExecutor(spec.concurrency) as pool:
         began = time.perf_counter()
-        answers = sorted(bar(pool.map(send, batches), len(batches), f"[query] {name}: requests"), key=lambda a: a[0])
+        deadline = began + spec.seconds
+        clients = [pool.submit(closed_loop_client, urls[i % len(urls)]) for i in range(spec.concurrency)]
+        answers = list(bar(answered(), len(batches) if not spec.seconds else None, f"[query] {name}: requests"))
         wall = time.perf_counter() - began
-    outputs = {key: concat_rows([a[2][key] for a in answers]) for key in answers[0][2]}
-    latencies = np.array([a[1] for a in answers]) * 1e3
+        for ended in clients:
+            ended.result()  # a client's error, raised here
+    first_pass = sorted((a for a in answers if a[3] is not None), key=lambda a: a[0])
+    outputs = {key: concat_rows([a[3][key] for a in first_pass]) for key in first_pass[0][3]}
+    latencies = np.array([a[2] for a in answers]) * 1e3
     result = ServedModelResult(accuracy=float((outputs["class"].ravel() == y).mean()),
                                p50_ms=float(np.percentile(latencies, 50)), p99_ms=float(np.percentile(latencies, 99)),
-                               inputs_per_s=len(y) / wall)
+                               inputs_per_s=sum(a[1] for a in answers) / wall, requests=len(answers),
+                               seconds=wall)
     if "stage" in outputs:
         stages = outputs["stage"].ravel().astype(int)
         result.answered_per_stage = [float((stages == s).mean()) for s in range(int(stages.max()) + 1)]

@@ -160,6 +160,9 @@ class ServeRecord(StageRecord):
     ``jobs.serve`` of it on this cluster finds its apps running and keeps their replicas."""
     loaded_from: dict[str, LoadedFrom] = Field(default_factory=dict)
     """Per model with a deployment of its own: what one of its replicas loaded, and on which node."""
+    direct_urls: list[str] = Field(default_factory=list)
+    """The app's ingress replicas' own URLs where Serve runs with direct ingress (the query stage sends
+    to them, skipping the proxy's hop); empty: only through the proxy (``url``)."""
 
 
 class ServedModelResult(BaseModel):
@@ -171,6 +174,10 @@ class ServedModelResult(BaseModel):
     p50_ms: float
     p99_ms: float
     inputs_per_s: float
+    requests: Optional[int] = None
+    """How many requests were sent (one pass over the inputs, or more within ``query.seconds``)."""
+    seconds: Optional[float] = None
+    """From the first request to the last answer."""
     answered_per_stage: Optional[list[float]] = None
     """Cascades: the share of inputs each stage answered."""
     first_expert_share: Optional[list[float]] = None
@@ -185,6 +192,8 @@ class QueryRecord(StageRecord):
     url: str
     inputs: int
     placement: Placement
+    direct: bool = False
+    """Whether the requests went to the ingress replicas' own ports (direct ingress), not the proxy."""
     models: dict[str, ServedModelResult]
     pipeline_wall_s: float
     """Seconds from the pipeline's start to the last answer."""

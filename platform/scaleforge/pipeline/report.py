@@ -7,7 +7,7 @@ from scaleforge.artifacts.servable import load_servable
 from scaleforge.compress.report import slim_sentence
 from scaleforge.config import ServeConfig, load_config
 from scaleforge.pipeline.query import test_set
-from scaleforge.pipeline.records import Placement, Records
+from scaleforge.pipeline.records import Placement, Records, ServedModelResult
 from scaleforge.routing.cascade import simulate_cascade
 from scaleforge.storage import join, read_bytes, write_atomic
 
@@ -31,7 +31,11 @@ def final_table(records: Records) -> str:
             routing = ("first expert " + " ".join(f"{s:.0%}" for s in row.first_expert_share)
                        + f"; fallbacks {row.fallbacks}")
         lines.append(f"{name:14s} {row.accuracy:8.4f} {row.p50_ms:7.1f} {row.p99_ms:7.1f} "
-                     f"{row.inputs_per_s:9.0f}  {routing}")
+                     f"{row.inputs_per_s:9.0f}  {routing}".rstrip())
+    lines.append("queried at the ingress replica's own port (direct ingress)" if query.direct
+                 else "queried through Serve's HTTP proxy")
+    if {"cascade", "teacher"} <= query.models.keys():
+        lines.append(cascade_against_teacher(query.models["cascade"], query.models["teacher"]))
     lines.append(f"compressed model: {slim_sentence(records.compress.report.model_dump())}")
     runs = records.async_sgd.runs
     lines.append("parameter server: " + ", ".join(f"{mode} {run.test_accuracy:.4f} in {run.wall_s:.0f} s"
@@ -39,6 +43,12 @@ def final_table(records: Records) -> str:
     lines.append(placement_line(query.placement))
     lines.append(f"pipeline wall-clock: {query.pipeline_wall_s:.0f} s")
     return "\n".join(lines)
+
+
+def cascade_against_teacher(cascade: ServedModelResult, teacher: ServedModelResult) -> str:
+    """What the cascade's routing buys over serving the teacher alone, measured under the same load."""
+    return (f"cascade against the teacher: {cascade.inputs_per_s / teacher.inputs_per_s:.2f}x the inputs/s, "
+            f"accuracy {cascade.accuracy - teacher.accuracy:+.4f}")
 
 
 def placement_line(placement: Placement) -> str:

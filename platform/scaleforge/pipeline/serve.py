@@ -48,7 +48,7 @@ class ServeStage(PipelineStage):
             time.sleep(1.0)
 
     def run(self, ctx: StageContext) -> ServeRecord:
-        from scaleforge.deploy import deploy
+        from scaleforge.deploy import deploy, running_direct_ingress_urls
 
         cfg = load_config(ServeConfig, ctx.records.calibrate.serve_config)
         app = cfg.applications[0]
@@ -61,7 +61,8 @@ class ServeStage(PipelineStage):
         placed = write_serve_yaml(join(ctx.out, "serve.placed.yaml"), cfg, "# ray serve config as the pipeline's serve "
                                   "stage deployed it: serve.yaml with each model placed for this cluster\n")
         return ServeRecord(url=url, placement=placement, serve_config=str(placed),
-                           loaded_from=_loaded_from(app.name, args))
+                           loaded_from=_loaded_from(app.name, args),
+                           direct_urls=running_direct_ingress_urls().get(app.name, []))
 
     def close(self) -> None:
         """Delete this run's applications (other apps on a shared cluster, and Serve itself, stay)."""

@@ -1,0 +1,65 @@
+"""The main job as ``make demo`` runs it, and the claim its final table makes: the cascade serves more
+inputs per second than the teacher alone, at the teacher's accuracy, under the same load over HTTP.
+
+    .venv/bin/python bench/demo.py      (about 5 minutes on 2 idle cores)
+
+Runs ``python -m jobs.pipeline --config configs/pipeline.yaml`` on an embedded Ray, as ``make demo``
+does, with its storage in a fresh temporary folder (nothing is reused, and ``~/scaleforge`` is left
+alone). The job's progress goes to stderr; its final table, then the bars, to stdout. The query
+stage keeps each served model under the same load (``query`` in the config: batches of 64 held-out
+inputs from 8 clients, each sending its next batch when its last one is answered, for 5 s).
+
+Bars: the cascade's inputs/s at least 1.1x the teacher's (faster by more than run-to-run noise),
+and its accuracy at most 0.5 point below the teacher's (issue 18's tolerance); exit status 1 on a miss.
+"""
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "platform"), str(REPO)]
+
+from bars import print_bars  # noqa: E402
+
+SPEEDUP = 1.1
+"""The least ratio of the cascade's inputs/s to the teacher's."""
+ACCURACY_GAP = 0.005
+"""How far the cascade's accuracy may fall below the teacher's."""
+
+
+def run_demo(storage: Path) -> list[str]:
+    """The demo job's console (stdout); its lines are echoed to stderr as they come."""
+    command = [sys.executable, "-m", "jobs.pipeline", "--config", "configs/pipeline.yaml", "--set", f"storage={storage}"]
+    lines = []
+    with subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True) as job:
+        for line in job.stdout:
+            print(line, end="", file=sys.stderr, flush=True)
+            lines.append(line.rstrip("\n"))
+    if job.returncode != 0:
+        raise SystemExit(f"the demo job failed (exit {job.returncode}): {' '.join(command)}")
+    return lines
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="scaleforge-demo-") as root:
+        console = run_demo(Path(root))
+        query = json.loads((Path(root) / "pipeline" / "records" / "query.json").read_text())
+    table = console[next(i for i, line in enumerate(console) if line.startswith("served model")):]
+    print("\n".join(line for line in table if not line.startswith("report: ")))  # the report was in the temporary folder
+    print()
+    cascade, teacher = query["models"]["cascade"], query["models"]["teacher"]
+    speedup = cascade["inputs_per_s"] / teacher["inputs_per_s"]
+    gap = cascade["accuracy"] - teacher["accuracy"]
+    return print_bars([
+        ("cascade / teacher, inputs/s", f"{speedup:.2f}x ({cascade['inputs_per_s']:,.0f} / {teacher['inputs_per_s']:,.0f})",
+         f">= {SPEEDUP}x", speedup >= SPEEDUP),
+        ("cascade - teacher, accuracy", f"{gap:+.4f} ({cascade['accuracy']:.4f} / {teacher['accuracy']:.4f})",
+         f">= -{ACCURACY_GAP}", gap >= -ACCURACY_GAP),
+    ], first_column="demo")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
