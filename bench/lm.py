@@ -8,8 +8,9 @@ On ``configs/train_lm_small.yaml``'s model and bytes (the standard library's sou
 
 1. **Quality.** The config run as shipped (Ray Train, 2 data-parallel workers, one thread each);
    then one plain PyTorch process, both cores' threads, given the same wall-clock as the whole Ray
-   job took (start-up included), its batch the workers' batches together (the same update per step),
-   its warm-up and cosine laid over that time (``bench/lm_plain.py single``). Both score the same
+   job took (start-up and the final scoring included on both sides), its batch the workers' batches
+   together (the same update per step), its warm-up and cosine laid over its training time
+   (``bench/lm_plain.py single``). Both score the same
    validation windows in bits per byte; ``gzip -9`` and ``xz -9e`` compress the same validation bytes.
 2. **Throughput.** The same model, batch and optimiser under PyTorch DDP the torchrun way (two
    processes, gloo, a ``DistributedSampler`` each: ``bench/lm_plain.py ddp``) against the Ray Train
@@ -165,7 +166,8 @@ def quality(tmp: Path, sizes: Sizes) -> list:
     print(f"quality, {ray_wall / 60:.1f} min each: Ray Train dp=2 {bits:.3f} bits/byte at "
           f"{ours.metrics['tokens_per_s']:,.0f} tokens/s; one plain PyTorch process ({single['threads']} threads) "
           f"{single['bits_per_byte']:.3f} at {single['tokens_per_s']:,.0f} tokens/s ({single['steps']:,} steps of "
-          f"{single['batch_size']}); "
+          f"{single['batch_size']}, scored {single['total_s']:.0f} s after its start-up began, "
+          f"{single['scoring_s_estimated']:.0f} s set aside for scoring); "
           f"{bits - xz:+.3f} bits/byte from xz -9e", file=OUT)
     return [("bits/byte, train_lm_small.yaml (dp=2)", f"{bits:.3f} in {ray_wall / 60:.1f} min",
              f"<= gzip -9 {gzip:.3f}, < 15 min", bits <= gzip and ray_wall < 900),
