@@ -4,9 +4,9 @@
     torchrun --standalone --nproc-per-node 2 bench/lm_plain.py ddp --config ... --steps 300 --out ddp.json
 
 ``single`` trains one process (every core's threads) and scores the validation windows within a
-wall-clock budget (start-up and scoring included), its warm-up and cosine decay laid over the training time
-that leaves rather than over a step count it cannot know in advance. ``ddp`` is data parallelism the torchrun way: ``init_process_group``
-from torchrun's environment (gloo), ``DistributedDataParallel``, a ``DistributedSampler`` per rank,
+wall-clock budget (start-up and scoring included), its warm-up and cosine decay laid over the
+training time that leaves rather than over a step count it cannot know in advance. ``ddp`` is data
+parallelism the torchrun way: ``init_process_group`` from torchrun's environment (gloo), ``DistributedDataParallel``, a ``DistributedSampler`` per rank,
 one thread per process; it times every step and reports steady-state tokens/s. Model, tokens,
 batch per rank, AdamW groups and gradient clipping are the config's, as the Ray Train job uses them.
 """
@@ -59,9 +59,13 @@ def step(model, optimizer, x, y, clip: float) -> float:
     return loss.item()
 
 
+SCORING_ROWS = 256
+"""Validation windows per forward pass when ``single`` scores."""
+
+
 def single(args) -> dict:
-    """Score the validation split ``args.seconds`` after this process was launched, having trained until
-    then: the scoring's own time is set aside first, estimated from a timed slice of the windows (the
+    """Score the validation split ``args.seconds`` after ``STARTED``, having trained until then: the
+    scoring's own time is set aside first, estimated from a timed slice of the windows (the
     Ray job's wall-clock, which ``--seconds`` is given, ends with its workers' evaluation too)."""
     torch.set_num_threads(args.threads)
     cfg, model, optimizer, data = setup(args.config, args.set)
@@ -69,7 +73,7 @@ def single(args) -> dict:
     sliced = max(1, len(validation[0]) // 16)
     timed = time.perf_counter()
     with torch.no_grad():
-        bits_per_byte(model, *(v[:sliced] for v in validation), batch_size=256)
+        bits_per_byte(model, *(v[:sliced] for v in validation), batch_size=SCORING_ROWS)
     scoring = (time.perf_counter() - timed) * len(validation[0]) / sliced
     began = time.perf_counter()
     budget = args.seconds - (began - STARTED) - scoring
@@ -94,7 +98,7 @@ def single(args) -> dict:
         epoch += 1
     trained_s = time.perf_counter() - began
     with torch.no_grad():  # scored as the compression job scores a language model
-        bits = bits_per_byte(model, *validation, batch_size=256)
+        bits = bits_per_byte(model, *validation, batch_size=SCORING_ROWS)
     return {"bits_per_byte": bits, "steps": steps, "batch_size": cfg.optim.batch_size, "tokens": tokens,
             "train_s": trained_s, "tokens_per_s": tokens / trained_s, "threads": args.threads,
             "scoring_s_estimated": scoring, "total_s": time.perf_counter() - STARTED}

@@ -17,8 +17,8 @@ from scaleforge.distributed.strategy import Batch
 
 _EVAL_ROWS = 256
 """Rows of a test forward pass per rank: a language model's logits are rows x tokens x vocabulary
-(256 x 128 x 256 floats, 32 MiB, at train_lm_small.yaml's shapes), four times fewer than at 1,024 rows,
-where scoring its validation windows took about 30% longer."""
+(256 x 128 x 256 floats, 32 MiB, at train_lm_small.yaml's shapes); at 1,024 rows scoring is
+memory-bound, about 30% slower on that config's validation windows."""
 
 
 class ShardBatches:
