@@ -6,8 +6,8 @@
 ``single`` trains one process (every core's threads) and scores the validation windows within a
 wall-clock budget (start-up and scoring included), its warm-up and cosine decay laid over the
 training time that leaves rather than over a step count it cannot know in advance. ``ddp`` is data
-parallelism the torchrun way: ``init_process_group`` from torchrun's environment (gloo), ``DistributedDataParallel``, a ``DistributedSampler`` per rank,
-one thread per process; it times every step and reports steady-state tokens/s. Model, tokens,
+parallelism the torchrun way: ``init_process_group`` from torchrun's environment (gloo),
+``DistributedDataParallel``, a ``DistributedSampler`` per rank, one thread per process; it times every step and reports steady-state tokens/s. Model, tokens,
 batch per rank, AdamW groups and gradient clipping are the config's, as the Ray Train job uses them.
 """
 

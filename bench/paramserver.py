@@ -52,9 +52,9 @@ c. Stragglers, each kind with the remedy the literature gives it: ``configs/asyn
    - transient: each step of each worker 4x slower with probability 0.2, independently and seeded
      (Ho et al. 2013). Sync waits for the slowest of 3 at every step; SSP (s=3) lets a worker run up
      to 3 steps ahead of the slowest, its step divided by its staleness as async's is above (the
-     gradients SSP applies are stale by up to the other workers' steps in between). Every run here trains all of 5 epochs, so that both modes'
-     final accuracy is taken after the same work: the same gradients computed and applied (sync
-     averages 3 per update, SSP applies each).
+     gradients SSP applies are stale by up to the other workers' steps in between). Every run here
+     trains all of 5 epochs, so that both modes' final accuracy is taken after the same work: the
+     same gradients computed and applied (sync averages 3 per update, SSP applies each).
    Each mode runs at 4 Adam learning rates on seed 0 and at its best one on seeds 1 to 4 (data
    split, batch order, initial weights and delays all follow the seed); the median of the seeds
    counts and their spread is printed.

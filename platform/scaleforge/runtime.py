@@ -25,21 +25,17 @@ SERVE_DIRECT_INGRESS = {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
 ``http_options.host``), next to the proxy, so that a client can skip the proxy's hop
 (:func:`scaleforge.deploy.direct_ingress_urls`; ``docs/serving.md``). Set it to 0 to turn it off."""
 
+IDLE_WORKER_POOL = {"RAY_prestart_worker_first_driver": "0", "RAY_num_workers_soft_limit": str(os.cpu_count() or 1)}
+"""An embedded Ray's pool of idle worker processes: none started with the driver, and at most one
+kept per core. By default the raylet starts one worker per logical CPU when the first driver connects
+and keeps as many idle; an embedded cluster promises more logical CPUs than there are cores, and each
+idle worker wakes about a hundred times a second, taking the cores from training workers that fill
+them (``bench/lm.py`` measures Ray Train on cores its workers fill)."""
+
 _QUIET = {"ray": logging.ERROR, "ray.data": logging.ERROR, "ray.serve": logging.ERROR, "ray.train": logging.WARNING}
 """Driver-side loggers and the least level that reaches the console. Serve's driver-side warnings are
 about its own internals under load (a replica slow to report its queue, other HTTP options than the
 running proxy's); what a user must act on, deploy() and the query stage say in their own words."""
-
-
-def idle_worker_pool() -> dict[str, str]:
-    """An embedded Ray's pool of idle worker processes, as Ray's settings (``RAY_<name>``; a value the
-    user set wins): none started with the driver, and at most one kept per core.
-
-    By default the raylet starts one worker per logical CPU when the first driver connects and keeps
-    as many idle; an embedded cluster promises more logical CPUs than there are cores, and each idle
-    worker wakes about a hundred times a second, taking the cores from training workers that fill
-    them (``bench/lm.py`` measures Ray Train on cores its workers fill)."""
-    return {"RAY_prestart_worker_first_driver": "0", "RAY_num_workers_soft_limit": str(os.cpu_count() or 1)}
 
 
 def worker_logs_to_console() -> bool:
@@ -78,15 +74,13 @@ def ensure_ray(min_cpus: float) -> None:
     if joins_a_cluster():
         ray.init(**quiet)
     else:
-        for name, value in {**FAST_POLLING, **SERVE_DIRECT_INGRESS}.items():
+        for name, value in {**FAST_POLLING, **SERVE_DIRECT_INGRESS, **IDLE_WORKER_POOL}.items():
             os.environ.setdefault(name, value)
         cpus = max(float(os.cpu_count() or 1), min_cpus)
         # The raylet starts at most one worker process per physical core at once and warns on the
         # console when 4x that many are starting; an embedded cluster promises more logical CPUs than
         # that (several Serve replicas per core), so let it start as many as it promises.
         os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(int(cpus)))
-        for name, value in idle_worker_pool().items():
-            os.environ.setdefault(name, value)
         # address="local": always a fresh embedded instance, never a stale or foreign local cluster
         # that ray.init() would otherwise try to join (set RAY_ADDRESS=auto to use one on purpose).
         dashboard = os.environ.get("SCALEFORGE_RAY_DASHBOARD", "1") not in ("", "0")
