@@ -143,7 +143,9 @@ def test_a_restarted_sync_shard_finishes_the_round_whose_ack_died_with_it(ray_cl
     ray.get(shard.push.remote(1, ones, last, last, last), timeout=STARTUP_S)
     stats = ray.get(shard.stats.remote(), timeout=30)
     assert (stats["incarnation"], stats["restored_version"]) == (1, every)
-    flat, version = ray.get(shard.pull.remote(0, die_at), timeout=30)[:2]  # hung here before the fix
+    # Worker 0's next pull travelled beside that push, sent to incarnation 0: the restarted shard never
+    # sees the push, so it must not wait for it.
+    flat, version = ray.get(shard.pull.remote(0, die_at, None, 0), timeout=30)[:2]  # hung here before the fix
     assert version == every  # the restored round, still waiting for worker 0's gradient
     ray.get(shard.push.remote(0, ones, version, die_at, die_at), timeout=30)
     flat, version = ray.get(shard.pull.remote(1, die_at), timeout=30)[:2]
@@ -195,6 +197,29 @@ def test_a_straggler_behind_backup_workers_only_loses_its_own_gradients(ray_clus
     for dropped in result.dropped:
         assert dropped.get(2, 0) >= 2 and dropped.get(0, 0) + dropped.get(1, 0) <= 2, result.summary()
     assert max(result.staleness["updates"]) == 0, "a gradient was applied to a version it was not computed on"
+
+
+@pytest.mark.parametrize("mode", ["sync", "ssp"])
+def test_a_pull_beside_its_push_reads_after_the_push_lands(ray_cluster, mode):
+    """A worker sends its next pull beside its push; Ray may run the pull first. The pull must then wait
+    for the push: under sync it would close the round without the worker's gradient, and under SSP count
+    a step whose gradient is not in; either way the worker must read its own update."""
+    import ray
+
+    from scaleforge.paramserver.shard import ParameterShard
+
+    shard = ParameterShard.options(num_cpus=0.01, max_concurrency=8).remote(
+        0, np.zeros(4, np.float32), optimizer="sgd", lr=0.1, momentum=0.0, mode=mode, num_workers=1,
+        staleness_bound=0, staleness_aware_lr=False)
+    _started(shard)
+    ray.get(shard.pull.remote(0, 0), timeout=30)
+    early = shard.pull.remote(0, 1, None, 0)  # the push of step 0 has not been sent yet
+    assert ray.wait([early], timeout=1.0)[0] == []
+    ray.get(shard.push.remote(0, np.ones(4, np.float32), 0, 0, 0), timeout=30)
+    flat, version, slowest = ray.get(early, timeout=30)
+    assert (version, slowest) == (1, 1)
+    np.testing.assert_allclose(flat, -0.1 * np.ones(4), rtol=1e-6)
+    ray.kill(shard)
 
 
 def test_step_delays_are_seeded_and_hit_about_the_given_share_of_steps():

@@ -450,9 +450,14 @@ def test_moe_falls_back_when_an_expert_replica_is_killed(server, data):
     x, y = data["x_test"][:256], data["y_test"][:256]
     before = infer(server, "moe", x, trace=True)
     busiest = int(np.bincount(output(before, "experts")[:, 0]).argmax())
-    (replica,) = _replicas(f"model-moe-expert-{busiest}")
-    _kill(replica)
-    after = infer(server, "moe", x, trace=True)
+    for _ in range(3):
+        (replica,) = _replicas(f"model-moe-expert-{busiest}")
+        _kill(replica)
+        after = infer(server, "moe", x, trace=True)
+        if busiest not in output(after, "experts"):
+            break
+        # Serve's replacement replica came up and answered within the router's expert_timeout_s: the
+        # expert was never down for this request. Kill the replacement too.
     experts, fallback = output(after, "experts"), output(after, "fallback")
     preferred_busiest = (output(before, "experts") == busiest).any(axis=1)
     assert busiest not in experts

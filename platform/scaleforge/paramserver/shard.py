@@ -73,8 +73,15 @@ class ParameterShard:
         self.checkpoint_every = checkpoint_every
         self.restored_version = self._restore()
 
-    async def pull(self, worker: int, clock: int, node_id: Optional[str] = None):
+    async def pull(self, worker: int, clock: int, node_id: Optional[str] = None, pushed_to: Optional[int] = None):
         """This shard's slice for ``worker``'s step ``clock`` (a worker on ``node_id``); waits while the mode says so.
+
+        Args:
+            pushed_to: the worker's push of step ``clock - 1`` travels beside this pull, sent to this
+                incarnation of the shard. If this is that incarnation, the pull waits for the push to
+                land (the worker reads its own update, and its clock counts the step only once its
+                gradient is in). Otherwise, as without it, the pull counts the worker's ``clock``
+                steps as done: a restarted shard may never see a push its predecessor acknowledged.
 
         Returns:
             (slice, version, slowest worker's clock) at the time of reading. For a worker on this
@@ -82,8 +89,9 @@ class ParameterShard:
             version) from shared memory itself.
         """
         async with self.changed:
-            # The worker has completed `clock` steps; after a restore this shard's count may lag.
-            if worker in self.clocks:
+            if pushed_to == self.incarnation:
+                await self.changed.wait_for(lambda: self.clocks.get(worker, clock) >= clock)
+            elif worker in self.clocks:  # it has completed `clock` steps; after a restore this count may lag
                 self.clocks[worker] = max(self.clocks[worker], clock)
             if self.mode == "sync":  # a worker that gave to this round reads the round's update
                 await self.changed.wait_for(lambda: not self.rounds.waiting(worker))
@@ -111,10 +119,12 @@ class ParameterShard:
                 return self.version, self.incarnation
             self.clocks[worker] = max(self.clocks[worker], clock + 1)
             if self.mode == "sync" and not self.rounds.offer(worker, grad, read_version, self.version):
+                self.changed.notify_all()  # its pull may wait for this push to land
                 return self.version, self.incarnation  # dropped: its round is over
             self.staleness["clock"].append(clock - read_clock)
             self.staleness["updates"].append(self.version - read_version)
             if self.mode == "sync" and not self.rounds.complete(self.clocks):
+                self.changed.notify_all()
                 return self.version, self.incarnation
             self._commit(grad, self.version - read_version)
             return self.version, self.incarnation

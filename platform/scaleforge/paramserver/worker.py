@@ -65,10 +65,6 @@ class AsyncWorker:
         self.index, self.shards, self.ranges = index, shards, ranges
         self.delays = delays or StepDelays()
         self.die_at_step = die_at_step
-        # Only in async mode does a pull never wait, nor count towards a round or a staleness bound: there
-        # the next step's pull may travel with this step's push (Ray runs an async actor's calls in any
-        # order, so under sync or ssp a pull overtaking its push could close a round without it).
-        self.pull_with_push = mode == "async"
         # Sync with backup workers: a worker whose gradients were dropped has taken fewer steps than
         # there were rounds; the run is ``steps`` rounds, so it stops once it reads the last version.
         self.rounds_bound = mode == "sync"
@@ -102,10 +98,12 @@ class AsyncWorker:
             if delay:  # simulated straggler
                 time.sleep(delay)
             pulls = []
-            if self.pull_with_push and clock + 1 < end:  # one round trip a step rather than two
-                acks = self.outbox.push(reads, clock, meanwhile=lambda: pulls.extend(self._request(clock + 1)))
-            else:
-                acks = self.outbox.push(reads, clock)
+            # The next step's pull travels beside this push, one round trip a step rather than two, once
+            # the worker knows each shard's incarnation: the shard answers it after the push has landed
+            # (Ray may run an async actor's calls in any order).
+            overlap = clock + 1 < end and None not in self.outbox.incarnations
+            acks = self.outbox.push(reads, clock, meanwhile=(lambda: pulls.extend(self._request(clock + 1, True)))
+                                    if overlap else None)
             for shard_index, (version, incarnation) in enumerate(acks):
                 seen = self.acked[shard_index]
                 seen[incarnation] = max(seen.get(incarnation, 0), version)
@@ -113,9 +111,11 @@ class AsyncWorker:
         return {"worker": self.index, "steps": steps, "seconds": time.perf_counter() - started,
                 "final_loss": float(np.mean(losses[-10:] or [np.nan])), "acked": self.acked}
 
-    def _request(self, clock: int) -> list:
-        """Ask every shard for its parameters for step ``clock`` (references to the answers)."""
-        return [shard.pull.remote(self.index, clock, self.outbox.node_id) for shard in self.shards]
+    def _request(self, clock: int, after_push: bool = False) -> list:
+        """Ask every shard for its parameters for step ``clock`` (references to the answers); with
+        ``after_push``, the push of step ``clock - 1`` is on its way to each."""
+        return [shard.pull.remote(self.index, clock, self.outbox.node_id, incarnation if after_push else None)
+                for shard, incarnation in zip(self.shards, self.outbox.incarnations)]
 
     def _read(self, pulls: list) -> list[tuple[int, int]]:
         """Every shard's parameters into the model; per shard, the (version, slowest clock) read."""
