@@ -256,9 +256,10 @@ def test_bad_input_is_rejected_before_anything_starts(override, message):
 def test_workers_join_and_leave_while_training(ray_cluster, tmp_path, mode):
     result = run_async_sgd(_config(
         tmp_path, "data.num_samples=4000", "model={name: mlp, hidden: [64]}", "workers.batch_size=32",
-        # The first workers train for longer than 3 s, and for as long as a new worker's process takes
-        # to start on a loaded machine (over 13 s seen), so no time budget here: epochs.
-        "workers.epochs=12", "run.eval_every_s=0.2",
+        # The first workers must train for longer than 3 s, and for as long as a new worker's process takes
+        # to start on a loaded machine (over 13 s seen; 3.7 s on an idle one, when 12 epochs of sync
+        # rounds took 5.4 s), so no time budget here: epochs.
+        "workers.epochs=30", "run.eval_every_s=0.2",
         f"server.mode={mode}", "workers.scaling=[{at_s: 1.5, workers: 3}, {at_s: 3, workers: 1}]",
     ))
     kinds = [(e["event"], e["worker"]) for e in result.events]

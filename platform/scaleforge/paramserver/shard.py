@@ -118,13 +118,12 @@ class ParameterShard:
             if worker not in self.clocks:  # a removed worker's last push, still in flight
                 return self.version, self.incarnation
             self.clocks[worker] = max(self.clocks[worker], clock + 1)
+            self.changed.notify_all()  # the worker's next pull may wait for this push to land
             if self.mode == "sync" and not self.rounds.offer(worker, grad, read_version, self.version):
-                self.changed.notify_all()  # its pull may wait for this push to land
                 return self.version, self.incarnation  # dropped: its round is over
             self.staleness["clock"].append(clock - read_clock)
             self.staleness["updates"].append(self.version - read_version)
             if self.mode == "sync" and not self.rounds.complete(self.clocks):
-                self.changed.notify_all()
                 return self.version, self.incarnation
             self._commit(grad, self.version - read_version)
             return self.version, self.incarnation
