@@ -60,7 +60,8 @@ c. Stragglers, each kind with the remedy the literature gives it: ``configs/asyn
    initial weights and delays all follow the seed); the median of the 7 seeds counts and their
    spread is printed. Under transient stragglers, one worker with no delay then applies ssp's
    updates (a batch at its rate), to split the gradients ssp needs over sync's into what its
-   updates need without staleness and what the staleness adds.
+   updates need without staleness and what the staleness adds; and one process with no Ray
+   applies the same updates, each exactly 0, 1 or 2 updates stale, to measure staleness alone.
 d. Elastic capacity: async on 2 workers, 4 from 4 s, 1 from 10 s, each worker's 8 epochs; the
    report's plot (copied to ``docs/paramserver_elastic.png``) draws the workers over
    accuracy.
@@ -109,7 +110,7 @@ from scaleforge.paramserver.preflight import check_runnable  # noqa: E402
 from scaleforge.paramserver.report import workers_over_time  # noqa: E402
 from scaleforge.paramserver.run import held_out_score  # noqa: E402
 from scaleforge.paramserver.shard import ParameterShard  # noqa: E402
-from scaleforge.paramserver.worker import AsyncWorker, batches  # noqa: E402
+from scaleforge.paramserver.worker import AsyncWorker, batches, gradient  # noqa: E402
 
 WARMUP_SECONDS = 1.5
 TARGET = 0.90
@@ -463,7 +464,7 @@ def straggler_run(delays: list[str], mode: list[str], lr: float, seed: int, to_t
     per_update = 1 if cfg.server.mode != "sync" else 3 - cfg.server.backup_workers  # gradients an update applies
     return {"seconds": seconds, "updates": updates, "final": result.test_accuracy,
             "grads_to_target": updates * per_update, "gradients": result.updates * per_update,
-            "applied": result.updates}
+            "applied": result.updates, "staleness": float(np.mean(result.staleness["updates"] or [0]))}
 
 
 def step_seconds() -> float:
@@ -557,6 +558,39 @@ def one_worker_run(lr: float, seed: int) -> int:
     return updates if seconds == seconds else 0
 
 
+def stale_updates(lr: float, tau: int, seed: int, workers: int = 3, limit: int = 3000) -> int:
+    """Gradients to the target in one process, with no Ray and no clock: ssp's updates (Adam on the
+    flat parameters, as a shard applies them; the workers' batches taken in turn) each computed on
+    the parameters of exactly ``tau`` updates before. Staleness alone, measured every 20 updates;
+    0 if not within ``limit``."""
+    cfg = ps_config(f"workers.seed={seed}", f"workers.num_workers={workers}")
+    data = load_in_memory(cfg.data)
+    torch.manual_seed(seed)
+    model = build_model(cfg.model, data.info.input_dim, data.info.num_classes)
+    layout = ParamLayout.of(model)
+    flat = torch.nn.Parameter(torch.from_numpy(layout.flatten(model).copy()))
+    optimizer = torch.optim.Adam([flat], lr=lr)
+    streams = [batches(data.x[rows], data.y[rows], cfg.workers.batch_size, seed + i)
+               for i, rows in enumerate(worker_shards(len(data.y), workers, seed))]
+    read = [flat.detach().clone()] * (tau + 1)  # the parameters after each of the last tau + 1 updates
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for update in range(1, limit + 1):
+            layout.assign(model, read[0].numpy())
+            grad, _ = gradient(model, layout, *next(streams[update % workers]))
+            flat.grad = torch.from_numpy(grad)
+            optimizer.step()
+            read = read[1:] + [flat.detach().clone()]
+            if update % 20 == 0:
+                layout.assign(model, flat.detach().numpy())
+                if data.score(model) >= TARGET:
+                    return update
+    finally:
+        torch.set_num_threads(threads)
+    return 0
+
+
 def _ssp_why(best: dict, workers: int = 3) -> None:
     """Why SSP wins or loses under transient stragglers: its time over sync's is the gradients it needs
     over sync's (G) times sync's pace over its own (medians of the seeds, so the product is close to the
@@ -586,6 +620,12 @@ def _ssp_why(best: dict, workers: int = 3) -> None:
           f"takes {one:,.0f} gradients (median of {', '.join(map(str, alone))}); so G = {one / needed['sync']:.2f} "
           f"(ssp's updates without staleness, {one:,.0f} / {needed['sync']:,.0f}) x {needed[ssp] / one:.2f} (the "
           f"staleness of {workers} workers, {needed[ssp]:,.0f} / {one:,.0f})", flush=True)
+    stale = {tau: [stale_updates(best[ssp]["lr"], tau, seed) for seed in SEEDS] for tau in (0, 1, 2)}
+    print(f"   staleness alone, one process with no Ray, ssp's updates at lr {best[ssp]['lr']:g}, each computed on the "
+          f"parameters of exactly tau updates before: " + "; ".join(
+              f"tau {tau}: {statistics.median(runs):,.0f} gradients (" + ", ".join(str(r) if r else "-" for r in runs) + ")"
+              for tau, runs in stale.items()) + f" (- never within 3,000; ssp's mean staleness with {workers} workers: "
+          f"{statistics.mean(r['staleness'] for r in best[ssp]['runs']):.2f} updates)", flush=True)
 
 
 def _seconds(value: float) -> str:
