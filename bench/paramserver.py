@@ -492,7 +492,7 @@ def stragglers() -> list:
         best = {}
         for name, mode in modes.items():
             sweep = sweep_rates(lambda lr, seed: straggler_run(delays, mode, lr, seed, to_the_end))
-            lr = min(sweep, key=lambda r: _median_seconds(sweep[r]))
+            lr = _best_rate(sweep)
             runs = sweep[lr] + [straggler_run(delays, mode, lr, seed, to_the_end) for seed in SEEDS[len(SWEEP_SEEDS):]]
             best[name] = {"lr": lr, "runs": runs, "seconds": statistics.median(r["seconds"] for r in runs),
                           "final": statistics.mean(r["final"] for r in runs)}
@@ -534,12 +534,17 @@ def sweep_rates(run) -> dict[float, list[dict]]:
     the best rate is on it (up to 6 rates): {rate: the runs}."""
     sweep = {lr: [run(lr, seed) for seed in SWEEP_SEEDS] for lr in RATES}
     while len(sweep) < 6:
-        best = min(sweep, key=lambda r: _median_seconds(sweep[r]))
+        best = _best_rate(sweep)
         edge = 2 * best if best == max(sweep) else best / 2 if best == min(sweep) else None
         if edge is None or _median_seconds(sweep[best]) == math.inf:
             break
         sweep[edge] = [run(edge, seed) for seed in SWEEP_SEEDS]
     return sweep
+
+
+def _best_rate(sweep: dict[float, list[dict]]) -> float:
+    """The rate of the least median time to the target."""
+    return min(sweep, key=lambda r: _median_seconds(sweep[r]))
 
 
 def _median_seconds(runs: list[dict]) -> float:
