@@ -51,8 +51,9 @@ c. Stragglers, each kind with the remedy the literature gives it: ``configs/asyn
      late one; async applies every gradient as it comes, its step divided by its staleness.
    - transient: each step of each worker 4x slower with probability 0.2, independently and seeded
      (Ho et al. 2013). Sync waits for the slowest of 3 at every step; SSP (s=3) lets a worker run up
-     to 3 steps ahead of the slowest, its step divided by its staleness as async's is above (the
-     gradients SSP applies are stale by up to the other workers' steps in between). Every run here
+     to 3 steps ahead of the slowest. The gradients SSP applies are stale by the other workers'
+     updates in between, so its workers compute each at the parameters predicted for when it lands
+     (``workers.weight_prediction``: SpecTrain, Chen et al. 2018; DANA, Hakimi et al. 2019). Every run here
      trains all of 5 epochs, so that both modes' final accuracy is taken after the same work: the
      same gradients computed and applied (sync averages 3 per update, SSP applies each).
    Each mode runs at 4 Adam learning rates (more where its best is at the grid's edge) on seeds 0
@@ -61,7 +62,8 @@ c. Stragglers, each kind with the remedy the literature gives it: ``configs/asyn
    spread is printed. Under transient stragglers, one worker with no delay then applies ssp's
    updates (a batch at its rate), to split the gradients ssp needs over sync's into what its
    updates need without staleness and what the staleness adds; and one process with no Ray
-   applies the same updates, each exactly 0, 1 or 2 updates stale, to measure staleness alone.
+   applies the same updates, each exactly 0, 1 or 2 updates stale, with and without the weight
+   prediction, to measure staleness alone and what the prediction takes back.
 d. Elastic capacity: async on 2 workers, 4 from 4 s, 1 from 10 s, each worker's 8 epochs; the
    report's plot (copied to ``docs/paramserver_elastic.png``) draws the workers over
    accuracy.
@@ -110,7 +112,7 @@ from scaleforge.paramserver.preflight import check_runnable  # noqa: E402
 from scaleforge.paramserver.report import workers_over_time  # noqa: E402
 from scaleforge.paramserver.run import held_out_score  # noqa: E402
 from scaleforge.paramserver.shard import ParameterShard  # noqa: E402
-from scaleforge.paramserver.worker import AsyncWorker, batches, gradient  # noqa: E402
+from scaleforge.paramserver.worker import AsyncWorker, WeightPredictor, batches, gradient  # noqa: E402
 
 WARMUP_SECONDS = 1.5
 TARGET = 0.90
@@ -448,8 +450,8 @@ SCENARIOS = {
     "transient": (f"3 workers, each step of each worker 4x slower with probability {TRANSIENT_P} (seeded)",
                   ["workers.transient_delay_s={delay}", f"workers.transient_delay_probability={TRANSIENT_P}"],
                   {"sync": ["server.mode=sync"],
-                   "ssp, s=3, staleness-aware lr": ["server.mode=ssp", "server.staleness_bound=3",
-                                                    "server.staleness_aware_lr=true"]}),
+                   "ssp, s=3, weight prediction": ["server.mode=ssp", "server.staleness_bound=3",
+                                                   "workers.weight_prediction=true"]}),
 }
 
 
@@ -563,11 +565,12 @@ def one_worker_run(lr: float, seed: int) -> int:
     return updates if seconds == seconds else 0
 
 
-def stale_updates(lr: float, tau: int, seed: int, workers: int = 3, limit: int = 3000) -> int:
+def stale_updates(lr: float, tau: int, seed: int, predict: bool = False, workers: int = 3, limit: int = 3000) -> int:
     """Gradients to the target in one process, with no Ray and no clock: ssp's updates (Adam on the
     flat parameters, as a shard applies them; the workers' batches taken in turn) each computed on
-    the parameters of exactly ``tau`` updates before. Staleness alone, measured every 20 updates;
-    0 if not within ``limit``."""
+    the parameters of exactly ``tau`` updates before, or with ``predict`` on those a worker's
+    ``WeightPredictor`` makes of them, told the staleness is ``tau``. Staleness alone, measured every
+    20 updates; 0 if not within ``limit``."""
     cfg = ps_config(f"workers.seed={seed}", f"workers.num_workers={workers}")
     data = load_in_memory(cfg.data)
     torch.manual_seed(seed)
@@ -577,12 +580,18 @@ def stale_updates(lr: float, tau: int, seed: int, workers: int = 3, limit: int =
     optimizer = torch.optim.Adam([flat], lr=lr)
     streams = [batches(data.x[rows], data.y[rows], cfg.workers.batch_size, seed + i)
                for i, rows in enumerate(worker_shards(len(data.y), workers, seed))]
+    predictors = [WeightPredictor([(0, layout.total)]) for _ in range(workers)]
+    for predictor in predictors:
+        predictor.staleness = [float(tau)]
     read = [flat.detach().clone()] * (tau + 1)  # the parameters after each of the last tau + 1 updates
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         for update in range(1, limit + 1):
-            layout.assign(model, read[0].numpy())
+            params = read[0].numpy().copy()
+            if predict:  # the worker whose turn it is reads version update - 1 - tau
+                predictors[update % workers].predict(params, [(max(0, update - 1 - tau), 0)])
+            layout.assign(model, params)
             grad, _ = gradient(model, layout, *next(streams[update % workers]))
             flat.grad = torch.from_numpy(grad)
             optimizer.step()
@@ -625,12 +634,15 @@ def _ssp_why(best: dict, workers: int = 3) -> None:
           f"takes {one:,.0f} gradients (median of {', '.join(map(str, alone))}); so G = {one / needed['sync']:.2f} "
           f"(ssp's updates without staleness, {one:,.0f} / {needed['sync']:,.0f}) x {needed[ssp] / one:.2f} (the "
           f"staleness of {workers} workers, {needed[ssp]:,.0f} / {one:,.0f})", flush=True)
-    stale = {tau: [stale_updates(best[ssp]["lr"], tau, seed) for seed in SEEDS] for tau in (0, 1, 2)}
+    cases = {"tau 0": (0, False), "tau 1": (1, False), "tau 1 predicted": (1, True), "tau 2": (2, False),
+             "tau 2 predicted": (2, True)}
+    stale = {name: [stale_updates(best[ssp]["lr"], tau, seed, predict) for seed in SEEDS]
+             for name, (tau, predict) in cases.items()}
     print(f"   staleness alone, one process with no Ray, ssp's updates at lr {best[ssp]['lr']:g}, each computed on the "
-          f"parameters of exactly tau updates before: " + "; ".join(
-              f"tau {tau}: {statistics.median(runs):,.0f} gradients (" + ", ".join(str(r) if r else "-" for r in runs) + ")"
-              for tau, runs in stale.items()) + f" (- never within 3,000; ssp's mean staleness with {workers} workers: "
-          f"{statistics.mean(r['staleness'] for r in best[ssp]['runs']):.2f} updates)", flush=True)
+          f"parameters of exactly tau updates before (predicted: on the workers' weight prediction of them): " +
+          "; ".join(f"{name}: {statistics.median(runs):,.0f} gradients (" + ", ".join(str(r) if r else "-" for r in runs)
+                    + ")" for name, runs in stale.items()) + f" (- never within 3,000; ssp's mean staleness with "
+          f"{workers} workers: {statistics.mean(r['staleness'] for r in best[ssp]['runs']):.2f} updates)", flush=True)
 
 
 def _seconds(value: float) -> str:

@@ -15,7 +15,7 @@ from scaleforge.data import load_arrays
 from scaleforge.models import build_model
 from scaleforge.paramserver import ParamLayout, run_async_sgd, worker_shards
 from scaleforge.paramserver.preflight import check_runnable
-from scaleforge.paramserver.worker import batches, gradient
+from scaleforge.paramserver.worker import WeightPredictor, batches, gradient
 
 CONFIG = REPO / "configs/async_sgd.yaml"
 
@@ -37,6 +37,9 @@ def _weights(result):
 def test_sync_one_worker_equals_plain_sgd_and_shards_do_not_matter(ray_cluster, tmp_path):
     one = run_async_sgd(_config(tmp_path / "one", *TINY, "server.num_shards=1"))
     three = run_async_sgd(_config(tmp_path / "three", *TINY, "server.num_shards=3"))
+    # Weight prediction with one worker: every push meets no other update, so nothing is predicted
+    predicted = run_async_sgd(_config(tmp_path / "predicted", *TINY, "server.mode=async", "server.num_shards=2",
+                                      "workers.weight_prediction=true"))
 
     cfg = _config(tmp_path / "plain", *TINY)
     data = load_arrays(cfg.data)
@@ -54,6 +57,7 @@ def test_sync_one_worker_equals_plain_sgd_and_shards_do_not_matter(ray_cluster, 
     for name, tensor in model.state_dict().items():
         np.testing.assert_allclose(_weights(one)[name].numpy(), tensor.numpy(), atol=1e-5, rtol=0)
         np.testing.assert_allclose(_weights(three)[name].numpy(), _weights(one)[name].numpy(), atol=1e-5, rtol=0)
+        np.testing.assert_allclose(_weights(predicted)[name].numpy(), _weights(one)[name].numpy(), atol=1e-5, rtol=0)
     assert max(one.staleness["clock"]) == 0 and max(one.staleness["updates"]) == 0
 
 
@@ -222,6 +226,26 @@ def test_a_pull_beside_its_push_reads_after_the_push_lands(ray_cluster, mode):
     ray.kill(shard)
 
 
+def test_weight_prediction_moves_each_shard_on_by_the_updates_its_pushes_meet():
+    predictor = WeightPredictor([(0, 2), (2, 4)])
+    flat = np.array([1.0, 1.0, 5.0, 5.0], np.float32)
+    predictor.predict(flat, [(10, 0), (10, 0)])  # a first read: nothing to predict from
+    np.testing.assert_array_equal(flat, [1.0, 1.0, 5.0, 5.0])
+    predictor.landed([(10, 0), (10, 0)], [(13, 0), (11, 0)])  # met 2 other updates on shard 0, none on 1
+    assert predictor.staleness == [pytest.approx(0.2), 0.0]  # running means, from 0, weight 0.1
+
+    flat[:] = [2.0, 0.0, 6.0, 6.0]  # the next read: shard 0 at version 14 (4 updates on), shard 1 at 12
+    predictor.predict(flat, [(14, 0), (12, 0)])
+    # shard 0 moves on by 0.2 updates of its change per update since the last read, (1, -1) / 4
+    np.testing.assert_allclose(flat, [2.05, -0.05, 6.0, 6.0], rtol=1e-6)
+    predictor.landed([(14, 0), (12, 0)], [(19, 0), (15, 0)])  # 4 and 2 other updates landed first
+    assert predictor.staleness == [pytest.approx(0.2 + 0.1 * 3.8), pytest.approx(0.2)]
+
+    flat[:] = [3.0, 0.0, 7.0, 7.0]  # shard 1 restarted from an older checkpoint: its version went back
+    predictor.predict(flat, [(18, 0), (5, 0)])
+    np.testing.assert_allclose(flat, [3.0 + 0.58 * 1.0 / 4, 0.0, 7.0, 7.0], rtol=1e-6)
+
+
 def test_step_delays_are_seeded_and_hit_about_the_given_share_of_steps():
     from scaleforge.paramserver.worker import StepDelays
 
@@ -244,6 +268,7 @@ def test_step_delays_are_seeded_and_hit_about_the_given_share_of_steps():
     ("server.backup_workers=1", "server.backup_workers applies to server.mode=sync, not async"),
     ("server.mode=sync server.backup_workers=2", "server.backup_workers (2) must be smaller than workers.num_workers (2)"),
     ("workers.transient_delay_probability=0.2", "workers.transient_delay_probability needs workers.transient_delay_s > 0"),
+    ("server.mode=sync workers.weight_prediction=true", "workers.weight_prediction applies to server.mode=async or ssp"),
 ])
 def test_bad_input_is_rejected_before_anything_starts(override, message):
     with pytest.raises(ConfigError) as err:

@@ -56,6 +56,9 @@ class WorkerSpec(_Section):
     transient_delay_probability: float = Field(default=0.0, ge=0.0, le=1.0)
     """Each step of each worker is delayed by ``transient_delay_s`` with this probability, independently
     (seeded by ``seed``): every worker is sometimes slow."""
+    weight_prediction: bool = False
+    """Async and ssp: compute each gradient at the parameters predicted for when it lands, the read ones
+    moved on by the updates expected in between (weight prediction, Chen et al. 2018; Hakimi et al. 2019)."""
     scaling: list[ScalingEvent] = Field(default_factory=list)
     """Add or remove workers while the run trains, e.g. ``[{at_s: 5, workers: 3}]``."""
 
@@ -117,6 +120,9 @@ class AsyncSGDConfig(_Section):
         if self.server.backup_workers >= self.workers.num_workers:
             raise ValueError(f"server.backup_workers ({self.server.backup_workers}) must be smaller than "
                              f"workers.num_workers ({self.workers.num_workers}): a round needs one gradient")
+        if self.workers.weight_prediction and self.server.mode == "sync":
+            raise ValueError("workers.weight_prediction applies to server.mode=async or ssp: a sync round's "
+                             "gradients are computed on the parameters they update")
         if self.workers.transient_delay_probability and not self.workers.transient_delay_s:
             raise ValueError("workers.transient_delay_probability needs workers.transient_delay_s > 0")
         if self.fault.kill_shard_at_update is not None and not self.server.checkpoint_every:

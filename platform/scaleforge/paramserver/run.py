@@ -107,7 +107,7 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
             data.y[rows], workers_cfg.batch_size, workers_cfg.seed + i, shards, ranges,
             StepDelays(workers_cfg.straggler_delay_s if i == workers_cfg.num_workers - 1 else 0.0,
                        workers_cfg.transient_delay_s, workers_cfg.transient_delay_probability, workers_cfg.seed + i),
-            die_at_step, run_token, cfg.server.mode,
+            die_at_step, run_token, cfg.server.mode, workers_cfg.weight_prediction,
         )
 
     workers += [start_worker(i, cfg.fault.kill_worker_at_step if i == 0 else None)

@@ -44,6 +44,39 @@ class StepDelays:
         return self.persistent_s + transient
 
 
+class WeightPredictor:
+    """Gradients at the parameters a worker's push will meet, not the ones it read: weight prediction
+    (SpecTrain, Chen et al. 2018; DANA, Hakimi et al. 2019). Asynchronous updates land ``tau`` updates
+    after the read they were computed on; each shard's read is moved on by ``tau`` times its change per
+    update since this worker's previous read (an optimiser with momentum keeps going where it went),
+    ``tau`` a running mean of the staleness this worker's pushes met on that shard."""
+
+    SMOOTHING = 0.1
+    """Weight of the latest push in the running mean of the staleness."""
+
+    def __init__(self, ranges: list[tuple[int, int]]):
+        self.ranges = ranges
+        self.previous: Optional[np.ndarray] = None
+        self.versions = [0] * len(ranges)
+        self.staleness = [0.0] * len(ranges)
+
+    def predict(self, flat: np.ndarray, reads: list[tuple[int, int]]) -> None:
+        """Move ``flat``, which holds the parameters just read (per shard, ``reads``' versions), to the
+        predicted ones in place."""
+        read = flat.copy()
+        for i, ((start, stop), (version, _)) in enumerate(zip(self.ranges, reads)):
+            moved = version - self.versions[i]  # updates since the previous read (< 0: a restarted shard)
+            if self.previous is not None and moved > 0 and self.staleness[i]:
+                flat[start:stop] += (self.staleness[i] / moved) * (read[start:stop] - self.previous[start:stop])
+        self.previous, self.versions = read, [version for version, _ in reads]
+
+    def landed(self, reads: list[tuple[int, int]], acks: list[tuple[int, int]]) -> None:
+        """Count the staleness each push met: the updates applied between its read and it."""
+        for i, ((read_version, _), (version, _)) in enumerate(zip(reads, acks)):
+            if version > read_version:
+                self.staleness[i] += self.SMOOTHING * (version - 1 - read_version - self.staleness[i])
+
+
 def gradient(model: torch.nn.Module, layout: ParamLayout, x: torch.Tensor, y: torch.Tensor,
              out: Optional[np.ndarray] = None) -> tuple[np.ndarray, float]:
     """The flat gradient of the mean cross-entropy on one batch (a language model's: over every next
@@ -60,7 +93,7 @@ class AsyncWorker:
     def __init__(self, index: int, model: dict, input_dim: int, num_classes: int, x: np.ndarray, y: np.ndarray,
                  batch_size: int, seed: int, shards: list, ranges: list[tuple[int, int]],
                  delays: Optional[StepDelays] = None, die_at_step: Optional[int] = None,
-                 run_token: Optional[str] = None, mode: str = "async"):
+                 run_token: Optional[str] = None, mode: str = "async", weight_prediction: bool = False):
         torch.set_num_threads(1)
         self.index, self.shards, self.ranges = index, shards, ranges
         self.delays = delays or StepDelays()
@@ -76,6 +109,7 @@ class AsyncWorker:
         self.batches = batches(x, y, batch_size, seed)
         self.outbox = Outbox(index, shards, ranges, run_token)
         self.windows = WindowReader()
+        self.predictor = WeightPredictor(ranges) if weight_prediction else None
 
     def ready(self) -> bool:
         """True once constructed (model built, data shard held): a run's clock starts when every worker is."""
@@ -93,6 +127,8 @@ class AsyncWorker:
             if self.rounds_bound and min(version for version, _ in reads) >= end:
                 steps = clock - first_clock
                 break
+            if self.predictor is not None:
+                self.predictor.predict(self.flat, reads)
             _, loss = gradient(self.model, self.layout, *next(self.batches), out=self.outbox.buffer)
             delay = self.delays.next()
             if delay:  # simulated straggler
@@ -104,6 +140,8 @@ class AsyncWorker:
             overlap = clock + 1 < end and None not in self.outbox.incarnations
             acks = self.outbox.push(reads, clock, meanwhile=(lambda: pulls.extend(self._request(clock + 1, True)))
                                     if overlap else None)
+            if self.predictor is not None:
+                self.predictor.landed(reads, acks)
             for shard_index, (version, incarnation) in enumerate(acks):
                 seen = self.acked[shard_index]
                 seen[incarnation] = max(seen.get(incarnation, 0), version)
