@@ -9,8 +9,10 @@ def print_bars(rows: list[Row], first_column: str = "config") -> int:
     if not rows:
         print("no bar in what ran")
         return 0
-    widths = [max(len(header), *(len(row[i]) for row in rows)) for i, header in
-              enumerate((first_column, "measured", "bar"))]
+    widths = [
+        max(len(header), *(len(row[i]) for row in rows))
+        for i, header in enumerate((first_column, "measured", "bar"))
+    ]
     print(f"{first_column:{widths[0]}s} {'measured':{widths[1]}s} {'bar':{widths[2]}s} met")
     for name, measured, bar, met in rows:
         print(f"{name:{widths[0]}s} {measured:{widths[1]}s} {bar:{widths[2]}s} {'yes' if met else 'NO'}")

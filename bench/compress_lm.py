@@ -30,27 +30,36 @@ from training import train  # noqa: E402
 
 from scaleforge.artifacts.servable import load_servable  # noqa: E402
 from scaleforge.compress import run_compression  # noqa: E402
-from scaleforge.data.in_memory import load_in_memory  # noqa: E402
 from scaleforge.compress.preflight import check_runnable  # noqa: E402
 from scaleforge.config import CompressJobConfig, load_config  # noqa: E402
+from scaleforge.data.in_memory import load_in_memory  # noqa: E402
 
 CONFIG = ROOT / "configs/compress_lm.yaml"
 
 
 def main() -> int:
     # The jobs' own progress goes to stderr; the table alone to stdout (make bench keeps it).
-    with tempfile.TemporaryDirectory(prefix="scaleforge-bench-compress-lm-") as folder, redirect_stdout(sys.stderr):
+    with (
+        tempfile.TemporaryDirectory(prefix="scaleforge-bench-compress-lm-") as folder,
+        redirect_stdout(sys.stderr),
+    ):
         tmp = Path(folder)
         teacher = train(tmp, "lm_small", "train_lm_small.yaml")
-        cfg = load_config(CompressJobConfig, CONFIG, [f"teacher={teacher.artifact}", f"output={tmp / 'out'}",
-                                                      f"run.storage_path={tmp / 'runs'}"], check_runnable)
+        cfg = load_config(
+            CompressJobConfig,
+            CONFIG,
+            [f"teacher={teacher.artifact}", f"output={tmp / 'out'}", f"run.storage_path={tmp / 'runs'}"],
+            check_runnable,
+        )
         result = run_compression(cfg)
         report = json.loads((tmp / "out" / "report.json").read_text())
         torch.set_num_threads(cfg.measure.threads)
         served = load_in_memory(cfg.data).score(load_servable(tmp / "out" / "model").module)
-    print(f"teacher (train_lm_small.yaml) {teacher.num_parameters:,} parameters, validation bits/byte "
-          f"{teacher.metrics['bits_per_byte']:.3f} after {teacher.wall_s:.0f} s; compress_lm.yaml: job wall-clock "
-          f"{result.wall_s:.0f} s, bits/byte on {cfg.data.max_validation_bytes or 'all'} bytes of validation text")
+    print(
+        f"teacher (train_lm_small.yaml) {teacher.num_parameters:,} parameters, validation bits/byte "
+        f"{teacher.metrics['bits_per_byte']:.3f} after {teacher.wall_s:.0f} s; compress_lm.yaml: job wall-clock "
+        f"{result.wall_s:.0f} s, bits/byte on {cfg.data.max_validation_bytes or 'all'} bytes of validation text"
+    )
     return print_bars(bars(report, served), "must show")
 
 
@@ -59,24 +68,42 @@ def bars(report: dict, served_bits: float) -> list[tuple[str, str, str, bool]]:
     by_step = {row["step"]: row for row in report["recipe"]}
     rows = []
     teacher_int8 = report["sweeps"]["int8"][0]
-    for name, fp32, int8 in (("teacher", report["teacher"], teacher_int8),
-                             ("distilled student", by_step["distill"], by_step["quantize"])):
+    for name, fp32, int8 in (
+        ("teacher", report["teacher"], teacher_int8),
+        ("distilled student", by_step["distill"], by_step["quantize"]),
+    ):
         shrink = int8["details"]["weight_bytes_before"] / int8["details"]["weight_bytes_after"]
         change = int8["bits_per_byte"] - fp32["bits_per_byte"]
-        rows.append((f"6. int8_dynamic Linear layers, {name}",
-                     f"weights {shrink:.2f}x smaller, bits/byte {fp32['bits_per_byte']:.4f} -> "
-                     f"{int8['bits_per_byte']:.4f} ({change:+.4f})", ">= 3.5x, within 0.05",
-                     shrink >= 3.5 and abs(change) <= 0.05))
+        rows.append(
+            (
+                f"6. int8_dynamic Linear layers, {name}",
+                f"weights {shrink:.2f}x smaller, bits/byte {fp32['bits_per_byte']:.4f} -> "
+                f"{int8['bits_per_byte']:.4f} ({change:+.4f})",
+                ">= 3.5x, within 0.05",
+                shrink >= 3.5 and abs(change) <= 0.05,
+            )
+        )
     distilled, hard = by_step["distill"], by_step["distill_baseline"]
     fewer = distilled["vs_teacher"]["fewer_parameters"]
-    rows.append(("6. distilled student vs the same on text alone",
-                 f"{fewer:.1f}x fewer parameters ({distilled['parameters']:,}); bits/byte "
-                 f"{distilled['bits_per_byte']:.4f} vs {hard['bits_per_byte']:.4f} (teacher "
-                 f"{report['teacher']['bits_per_byte']:.4f})", ">= 4x, lower",
-                 fewer >= 4 and distilled["bits_per_byte"] < hard["bits_per_byte"]))
+    rows.append(
+        (
+            "6. distilled student vs the same on text alone",
+            f"{fewer:.1f}x fewer parameters ({distilled['parameters']:,}); bits/byte "
+            f"{distilled['bits_per_byte']:.4f} vs {hard['bits_per_byte']:.4f} (teacher "
+            f"{report['teacher']['bits_per_byte']:.4f})",
+            ">= 4x, lower",
+            fewer >= 4 and distilled["bits_per_byte"] < hard["bits_per_byte"],
+        )
+    )
     slim = report["recipe"][-1]
-    rows.append(("6. slim artifact through serving's loader", f"bits/byte {served_bits:.4f} (report: "
-                 f"{slim['bits_per_byte']:.4f})", "equal", served_bits == slim["bits_per_byte"]))
+    rows.append(
+        (
+            "6. slim artifact through serving's loader",
+            f"bits/byte {served_bits:.4f} (report: {slim['bits_per_byte']:.4f})",
+            "equal",
+            served_bits == slim["bits_per_byte"],
+        )
+    )
     return rows
 
 

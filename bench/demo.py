@@ -32,7 +32,15 @@ ACCURACY_GAP = 0.005
 
 def run_demo(storage: Path) -> list[str]:
     """The demo job's console (stdout); its lines are echoed to stderr as they come."""
-    command = [sys.executable, "-m", "jobs.pipeline", "--config", "configs/pipeline.yaml", "--set", f"storage={storage}"]
+    command = [
+        sys.executable,
+        "-m",
+        "jobs.pipeline",
+        "--config",
+        "configs/pipeline.yaml",
+        "--set",
+        f"storage={storage}",
+    ]
     lines = []
     with subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True) as job:
         for line in job.stdout:
@@ -47,18 +55,31 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="scaleforge-demo-") as root:
         console = run_demo(Path(root))
         query = json.loads((Path(root) / "pipeline" / "records" / "query.json").read_text())
-    table = console[next(i for i, line in enumerate(console) if line.startswith("served model")):]
-    print("\n".join(line for line in table if not line.startswith("report: ")))  # the report was in the temporary folder
+    table = console[next(i for i, line in enumerate(console) if line.startswith("served model")) :]
+    print(
+        "\n".join(line for line in table if not line.startswith("report: "))
+    )  # the report was in the temporary folder
     print()
     cascade, teacher = query["models"]["cascade"], query["models"]["teacher"]
     speedup = cascade["inputs_per_s"] / teacher["inputs_per_s"]
     gap = cascade["accuracy"] - teacher["accuracy"]
-    return print_bars([
-        ("cascade / teacher, inputs/s", f"{speedup:.2f}x ({cascade['inputs_per_s']:,.0f} / {teacher['inputs_per_s']:,.0f})",
-         f">= {SPEEDUP}x", speedup >= SPEEDUP),
-        ("cascade - teacher, accuracy", f"{gap:+.4f} ({cascade['accuracy']:.4f} / {teacher['accuracy']:.4f})",
-         f">= -{ACCURACY_GAP}", gap >= -ACCURACY_GAP),
-    ], first_column="demo")
+    return print_bars(
+        [
+            (
+                "cascade / teacher, inputs/s",
+                f"{speedup:.2f}x ({cascade['inputs_per_s']:,.0f} / {teacher['inputs_per_s']:,.0f})",
+                f">= {SPEEDUP}x",
+                speedup >= SPEEDUP,
+            ),
+            (
+                "cascade - teacher, accuracy",
+                f"{gap:+.4f} ({cascade['accuracy']:.4f} / {teacher['accuracy']:.4f})",
+                f">= -{ACCURACY_GAP}",
+                gap >= -ACCURACY_GAP,
+            ),
+        ],
+        first_column="demo",
+    )
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ from scaleforge.train.preflight import check_runnable  # noqa: E402
 
 CONFIG = ROOT / "configs" / "train_lm_small.yaml"
 
+
 @dataclass(frozen=True)
 class Sizes:
     """Optimiser steps of the throughput runs (DDP's, Ray Train's) and of each layout's run, and how
@@ -77,13 +78,21 @@ class Sizes:
 
 
 QUICK = Sizes(40, 10, 40, 10, 12, 4, 1, ("data.max_train_bytes=400000", "data.max_validation_bytes=100000"))
-MOE = ("model.moe.num_experts=4", "model.moe.expert_hidden=256", "model.moe.top_k=1", "model.moe.capacity_factor=2.0")
+MOE = (
+    "model.moe.num_experts=4",
+    "model.moe.expert_hidden=256",
+    "model.moe.top_k=1",
+    "model.moe.capacity_factor=2.0",
+)
 LAYOUTS = {  # name: (workers, overrides)
-    "dp=2": (2, ()), "fsdp=2": (2, ("parallel.fsdp=2",)), "tp=2": (2, ("parallel.tp=2",)),
+    "dp=2": (2, ()),
+    "fsdp=2": (2, ("parallel.fsdp=2",)),
+    "tp=2": (2, ("parallel.tp=2",)),
     "pp=2 gpipe": (2, ("parallel.pp=2", "parallel.pp_schedule=gpipe")),
     "pp=2 1f1b": (2, ("parallel.pp=2", "parallel.pp_schedule=1f1b")),
     "ep=2 (MoE, 4 experts)": (2, ("parallel.ep=2", *MOE)),
-    "dp=2 x tp=2": (4, ("parallel.tp=2",)), "fsdp=2 x tp=2": (4, ("parallel.fsdp=2", "parallel.tp=2")),
+    "dp=2 x tp=2": (4, ("parallel.tp=2",)),
+    "fsdp=2 x tp=2": (4, ("parallel.fsdp=2", "parallel.tp=2")),
     "dp=2 x pp=2": (4, ("parallel.pp=2",)),
 }
 
@@ -104,26 +113,42 @@ class Meter(TrainHook):
 
     def epoch_metrics(self, ctx) -> dict:
         finished = time.perf_counter()
-        steady = (len(self.starts) - self.warmup) * self.tokens_per_step / (finished - self.starts[self.warmup])
+        steady = (
+            (len(self.starts) - self.warmup) * self.tokens_per_step / (finished - self.starts[self.warmup])
+        )
         mine = (peak_rss_mib(), sum(local_bytes(p) for p in ctx.model.module.parameters()) / 2**20)
         gathered = [None] * ctx.world
         dist.all_gather_object(gathered, mine)
-        return {"steady_tokens_per_s": steady, "warm_at": self.warm_at, "rss_mib_per_worker": [g[0] for g in gathered],
-                "param_mib_per_worker": [g[1] for g in gathered]}
+        return {
+            "steady_tokens_per_s": steady,
+            "warm_at": self.warm_at,
+            "rss_mib_per_worker": [g[0] for g in gathered],
+            "param_mib_per_worker": [g[1] for g in gathered],
+        }
 
 
 def job(tmp: Path, name: str, *overrides: str) -> TrainJobConfig:
-    return load_config(TrainJobConfig, CONFIG, [*overrides, f"artifact.dir={tmp / name}",
-                                                f"run.storage_path={tmp / 'runs'}"], check_runnable)
+    return load_config(
+        TrainJobConfig,
+        CONFIG,
+        [*overrides, f"artifact.dir={tmp / name}", f"run.storage_path={tmp / 'runs'}"],
+        check_runnable,
+    )
 
 
 def short_job(tmp: Path, name: str, workers: int, steps: int, *overrides: str) -> TrainJobConfig:
     """The config cut to ``steps`` optimiser steps of one epoch (and a token validation split)."""
     cfg = job(tmp, name, f"scaling.num_workers={workers}", *overrides)
     seq, batch = cfg.data.seq_len, cfg.optim.batch_size
-    return job(tmp, name, f"scaling.num_workers={workers}", *overrides, "run.log_every_steps=null",
-               f"data.max_train_bytes={steps * cfg.dims.data_world * batch * seq + 1}",
-               f"data.max_validation_bytes={batch * cfg.dims.data_world * seq + 1}")
+    return job(
+        tmp,
+        name,
+        f"scaling.num_workers={workers}",
+        *overrides,
+        "run.log_every_steps=null",
+        f"data.max_train_bytes={steps * cfg.dims.data_world * batch * seq + 1}",
+        f"data.max_validation_bytes={batch * cfg.dims.data_world * seq + 1}",
+    )
 
 
 def timed(cfg: TrainJobConfig, warmup: int) -> tuple[dict, float]:
@@ -138,11 +163,27 @@ def plain(mode: str, tmp: Path, *args: str, ranks: int = 2) -> tuple[dict, float
     """``bench/lm_plain.py`` (under torchrun with ``ranks`` processes for ``ddp``): its result and when it
     was launched."""
     out = tmp / f"{mode}.json"
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)] \
-        if mode == "ddp" else [sys.executable]
+    launcher = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
+        if mode == "ddp"
+        else [sys.executable]
+    )
     began = time.time()
-    subprocess.run([*launcher, str(ROOT / "bench" / "lm_plain.py"), mode, "--config", str(CONFIG), "--out", str(out),
-                    *args], check=True, cwd=ROOT, stdout=sys.stderr)
+    subprocess.run(
+        [
+            *launcher,
+            str(ROOT / "bench" / "lm_plain.py"),
+            mode,
+            "--config",
+            str(CONFIG),
+            "--out",
+            str(out),
+            *args,
+        ],
+        check=True,
+        cwd=ROOT,
+        stdout=sys.stderr,
+    )
     return json.loads(out.read_text()), began
 
 
@@ -150,7 +191,7 @@ def quality(tmp: Path, sizes: Sizes) -> list:
     """The shipped config on Ray Train against one plain process given its wall-clock, and the compressors."""
     cfg = job(tmp, "lm_small", *sizes.cut)
     corpus = load_corpus(cfg.data.source, cfg.data.validation_fraction, cfg.data.column)
-    validation = corpus.read("validation")[:cfg.data.max_validation_bytes]
+    validation = corpus.read("validation")[: cfg.data.max_validation_bytes]
     gzip, xz = (compressed_bits_per_byte(validation, name) for name in ("gzip -9", "xz -9e"))
     began = time.perf_counter()
     ensure_ray(min_cpus=8)  # the 4-worker layouts; this run uses 2 workers
@@ -158,21 +199,44 @@ def quality(tmp: Path, sizes: Sizes) -> list:
     ray_wall = time.perf_counter() - began
     # One process makes the update the data-parallel step makes: a batch of the workers' batches together.
     whole_batch = f"optim.batch_size={cfg.optim.batch_size * cfg.dims.data_world}"
-    single, _ = plain("single", tmp, "--seconds", f"{ray_wall:.1f}", "--threads", "2",
-                      *(f"--set={override}" for override in (*sizes.cut, whole_batch)))
+    single, _ = plain(
+        "single",
+        tmp,
+        "--seconds",
+        f"{ray_wall:.1f}",
+        "--threads",
+        "2",
+        *(f"--set={override}" for override in (*sizes.cut, whole_batch)),
+    )
     bits = ours.metrics["bits_per_byte"]
-    print(f"validation: {len(validation):,} bytes of {cfg.data.source} ({corpus.fingerprint()[:19]}...); "
-          f"gzip -9 {gzip:.3f}, xz -9e {xz:.3f} bits/byte", file=OUT)
-    print(f"quality, {ray_wall / 60:.1f} min each: Ray Train dp=2 {bits:.3f} bits/byte at "
-          f"{ours.metrics['tokens_per_s']:,.0f} tokens/s; one plain PyTorch process ({single['threads']} threads) "
-          f"{single['bits_per_byte']:.3f} at {single['tokens_per_s']:,.0f} tokens/s ({single['steps']:,} steps of "
-          f"{single['batch_size']}, scored {single['total_s']:.0f} s after its start-up began, "
-          f"{single['scoring_s_estimated']:.0f} s set aside for scoring); "
-          f"{bits - xz:+.3f} bits/byte from xz -9e", file=OUT)
-    return [("bits/byte, train_lm_small.yaml (dp=2)", f"{bits:.3f} in {ray_wall / 60:.1f} min",
-             f"<= gzip -9 {gzip:.3f}, < 15 min", bits <= gzip and ray_wall < 900),
-            ("bits/byte against one plain process, same wall-clock", f"{bits:.3f} vs {single['bits_per_byte']:.3f}",
-             "<= plain", bits <= single["bits_per_byte"])]
+    print(
+        f"validation: {len(validation):,} bytes of {cfg.data.source} ({corpus.fingerprint()[:19]}...); "
+        f"gzip -9 {gzip:.3f}, xz -9e {xz:.3f} bits/byte",
+        file=OUT,
+    )
+    print(
+        f"quality, {ray_wall / 60:.1f} min each: Ray Train dp=2 {bits:.3f} bits/byte at "
+        f"{ours.metrics['tokens_per_s']:,.0f} tokens/s; one plain PyTorch process ({single['threads']} threads) "
+        f"{single['bits_per_byte']:.3f} at {single['tokens_per_s']:,.0f} tokens/s ({single['steps']:,} steps of "
+        f"{single['batch_size']}, scored {single['total_s']:.0f} s after its start-up began, "
+        f"{single['scoring_s_estimated']:.0f} s set aside for scoring); "
+        f"{bits - xz:+.3f} bits/byte from xz -9e",
+        file=OUT,
+    )
+    return [
+        (
+            "bits/byte, train_lm_small.yaml (dp=2)",
+            f"{bits:.3f} in {ray_wall / 60:.1f} min",
+            f"<= gzip -9 {gzip:.3f}, < 15 min",
+            bits <= gzip and ray_wall < 900,
+        ),
+        (
+            "bits/byte against one plain process, same wall-clock",
+            f"{bits:.3f} vs {single['bits_per_byte']:.3f}",
+            "<= plain",
+            bits <= single["bits_per_byte"],
+        ),
+    ]
 
 
 def throughput(tmp: Path, sizes: Sizes) -> list:
@@ -187,39 +251,64 @@ def throughput(tmp: Path, sizes: Sizes) -> list:
     two workers that fill both cores. Medians are compared.
     """
     if ray.is_initialized():
-        raise RuntimeError("the throughput part measures DDP with no Ray on the machine: run it before the others")
+        raise RuntimeError(
+            "the throughput part measures DDP with no Ray on the machine: run it before the others"
+        )
     cfg = job(tmp, "lm_small")
     alone, rounds = [], []
     for index in range(sizes.repeats):
-        sides = [lambda: alone.append({"two": plain("ddp", tmp, *_ddp_steps(sizes)),
-                                       "one": plain("ddp", tmp, *_ddp_steps(sizes), ranks=1)}),
-                 lambda: rounds.append(_in_own_process(tmp, sizes, index))]
+        sides = [
+            lambda: alone.append(
+                {
+                    "two": plain("ddp", tmp, *_ddp_steps(sizes)),
+                    "one": plain("ddp", tmp, *_ddp_steps(sizes), ranks=1),
+                }
+            ),
+            lambda: rounds.append(_in_own_process(tmp, sizes, index)),
+        ]
         for side in sides if index % 2 == 0 else sides[::-1]:
             side()
-    rates = {"alone": [run["two"][0]["tokens_per_s"] for run in alone], "beside": [r["beside"]["tokens_per_s"] for r in rounds],
-             "ours": [r["ours"][0]["steady_tokens_per_s"] for r in rounds],
-             "alone 1": [run["one"][0]["tokens_per_s"] for run in alone], "ours 1": [r["one"][0]["steady_tokens_per_s"] for r in rounds]}
+    rates = {
+        "alone": [run["two"][0]["tokens_per_s"] for run in alone],
+        "beside": [r["beside"]["tokens_per_s"] for r in rounds],
+        "ours": [r["ours"][0]["steady_tokens_per_s"] for r in rounds],
+        "alone 1": [run["one"][0]["tokens_per_s"] for run in alone],
+        "ours 1": [r["one"][0]["steady_tokens_per_s"] for r in rounds],
+    }
     median = {name: statistics.median(values) for name, values in rates.items()}
-    print(f"throughput, steps of {cfg.optim.batch_size} x {cfg.data.seq_len} tokens per rank (DDP: {sizes.steps}, steady "
-          f"after {sizes.warmup}; Ray Train: {sizes.ray_steps}, steady after {sizes.ray_warmup}); median of {sizes.repeats} "
-          f"rounds, torchrun and the Ray side in turn (each run's tokens/s in brackets):", file=OUT)
-    for label, name in (("torchrun DDP, 2 ranks, no Ray on the machine", "alone"),
-                        ("torchrun DDP, 2 ranks, beside an idle Ray cluster", "beside"),
-                        ("Ray Train, 2 workers (on that cluster)", "ours"),
-                        ("torchrun DDP, 1 rank, no Ray on the machine", "alone 1"),
-                        ("Ray Train, 1 worker", "ours 1")):
+    print(
+        f"throughput, steps of {cfg.optim.batch_size} x {cfg.data.seq_len} tokens per rank (DDP: {sizes.steps}, steady "
+        f"after {sizes.warmup}; Ray Train: {sizes.ray_steps}, steady after {sizes.ray_warmup}); median of {sizes.repeats} "
+        f"rounds, torchrun and the Ray side in turn (each run's tokens/s in brackets):",
+        file=OUT,
+    )
+    for label, name in (
+        ("torchrun DDP, 2 ranks, no Ray on the machine", "alone"),
+        ("torchrun DDP, 2 ranks, beside an idle Ray cluster", "beside"),
+        ("Ray Train, 2 workers (on that cluster)", "ours"),
+        ("torchrun DDP, 1 rank, no Ray on the machine", "alone 1"),
+        ("Ray Train, 1 worker", "ours 1"),
+    ):
         print(f"  {label:50s} {median[name]:7,.0f} tokens/s [{_each(rates[name])}]", file=OUT)
-    print(f"  until the steady window: torchrun {_each((run['two'][0]['warm_at'] - run['two'][1] for run in alone), '.1f')} s "
-          f"from launch to step {sizes.warmup}; Ray Train {_each((r['ours'][1] for r in rounds), '.1f')} s from the call "
-          f"to step {sizes.ray_warmup}\n"
-          f"  peak RSS per worker: torchrun {_mib(alone[-1]['two'][0]['rss_mib_per_rank'])}; "
-          f"Ray Train {_mib(rounds[-1]['ours'][0]['rss_mib_per_worker'])}", file=OUT)
+    print(
+        f"  until the steady window: torchrun {_each((run['two'][0]['warm_at'] - run['two'][1] for run in alone), '.1f')} s "
+        f"from launch to step {sizes.warmup}; Ray Train {_each((r['ours'][1] for r in rounds), '.1f')} s from the call "
+        f"to step {sizes.ray_warmup}\n"
+        f"  peak RSS per worker: torchrun {_mib(alone[-1]['two'][0]['rss_mib_per_rank'])}; "
+        f"Ray Train {_mib(rounds[-1]['ours'][0]['rss_mib_per_worker'])}",
+        file=OUT,
+    )
     ratio, one = median["ours"] / median["alone"], median["ours 1"] / median["alone 1"]
-    print(f"  the idle cluster alone costs DDP {1 - median['beside'] / median['alone']:.0%} of its tokens/s; "
-          f"Ray Train / DDP beside it {median['ours'] / median['beside']:.2f}; with a core to spare (1 rank) "
-          f"Ray Train / DDP {one:.2f}", file=OUT)
-    return [("steady tokens/s, Ray Train / torchrun DDP", f"{ratio:.2f}", ">= 0.90", ratio >= 0.9),
-            ("the same, 1 rank, a core to spare", f"{one:.2f}", ">= 0.90", one >= 0.9)]
+    print(
+        f"  the idle cluster alone costs DDP {1 - median['beside'] / median['alone']:.0%} of its tokens/s; "
+        f"Ray Train / DDP beside it {median['ours'] / median['beside']:.2f}; with a core to spare (1 rank) "
+        f"Ray Train / DDP {one:.2f}",
+        file=OUT,
+    )
+    return [
+        ("steady tokens/s, Ray Train / torchrun DDP", f"{ratio:.2f}", ">= 0.90", ratio >= 0.9),
+        ("the same, 1 rank, a core to spare", f"{one:.2f}", ">= 0.90", one >= 0.9),
+    ]
 
 
 def ray_round(tmp: Path, sizes: Sizes) -> dict:
@@ -230,14 +319,23 @@ def ray_round(tmp: Path, sizes: Sizes) -> dict:
     ensure_ray(min_cpus=8)
     time.sleep(15)  # past the cluster's own start-up (its processes and prestarted workers): idle
     beside, _ = plain("ddp", tmp, *_ddp_steps(sizes))
-    return {"beside": beside, **{name: timed(short_job(tmp, "throughput", workers, sizes.ray_steps), sizes.ray_warmup)
-                                 for name, workers in (("ours", 2), ("one", 1))}}
+    return {
+        "beside": beside,
+        **{
+            name: timed(short_job(tmp, "throughput", workers, sizes.ray_steps), sizes.ray_warmup)
+            for name, workers in (("ours", 2), ("one", 1))
+        },
+    }
 
 
 def _in_own_process(tmp: Path, sizes: Sizes, index: int) -> dict:
     out = tmp / f"ray_round_{index}.json"
-    subprocess.run([sys.executable, __file__, "--ray-round", str(out), "--sizes", json.dumps(asdict(sizes))],
-                   check=True, cwd=ROOT, stdout=sys.stderr)
+    subprocess.run(
+        [sys.executable, __file__, "--ray-round", str(out), "--sizes", json.dumps(asdict(sizes))],
+        check=True,
+        cwd=ROOT,
+        stdout=sys.stderr,
+    )
     return json.loads(out.read_text())
 
 
@@ -252,8 +350,15 @@ def _each(values, spec: str = ",.0f") -> str:
 def layouts(tmp: Path, sizes: Sizes) -> list:
     """Every layout on the same model: tokens/s and memory per worker (a table, no bar)."""
     ensure_ray(min_cpus=8)
-    print_layouts({name: timed(short_job(tmp, name.split()[0], workers, sizes.layout_steps, *overrides),
-                               sizes.layout_warmup)[0] for name, (workers, overrides) in LAYOUTS.items()}, sizes)
+    print_layouts(
+        {
+            name: timed(
+                short_job(tmp, name.split()[0], workers, sizes.layout_steps, *overrides), sizes.layout_warmup
+            )[0]
+            for name, (workers, overrides) in LAYOUTS.items()
+        },
+        sizes,
+    )
     return []
 
 
@@ -273,16 +378,28 @@ def main(sizes: Sizes, parts: list[str]) -> int:
 
 
 def print_layouts(layouts: dict[str, dict], sizes: Sizes) -> None:
-    print(f"\nlayouts ({sizes.layout_steps} steps, steady after {sizes.layout_warmup}). params: parameter MiB each worker "
-          f"holds; state: parameters + gradients + AdamW moments, as the split strategies measure it, else 4x the "
-          f"worker's parameters (AdamW); one process holds {4 * layouts['dp=2']['param_mib_per_worker'][0]:.2f} MiB of state:", file=OUT)
-    print(f"{'layout':24s} {'tokens/s':>9s} {'params/worker':>23s} {'state/worker':>23s} {'peak RSS/worker':>19s}", file=OUT)
+    print(
+        f"\nlayouts ({sizes.layout_steps} steps, steady after {sizes.layout_warmup}). params: parameter MiB each worker "
+        f"holds; state: parameters + gradients + AdamW moments, as the split strategies measure it, else 4x the "
+        f"worker's parameters (AdamW); one process holds {4 * layouts['dp=2']['param_mib_per_worker'][0]:.2f} MiB of state:",
+        file=OUT,
+    )
+    print(
+        f"{'layout':24s} {'tokens/s':>9s} {'params/worker':>23s} {'state/worker':>23s} {'peak RSS/worker':>19s}",
+        file=OUT,
+    )
     for name, metrics in layouts.items():
         params = metrics["param_mib_per_worker"]
-        state = [_state(r) for r in metrics["memory_per_worker"]] if "memory_per_worker" in metrics \
+        state = (
+            [_state(r) for r in metrics["memory_per_worker"]]
+            if "memory_per_worker" in metrics
             else [4 * p for p in params]
-        print(f"{name:24s} {metrics['steady_tokens_per_s']:9,.0f} {_mib(params, 2):>23s} {_mib(state, 2):>23s} "
-              f"{_mib(metrics['rss_mib_per_worker']):>19s}", file=OUT)
+        )
+        print(
+            f"{name:24s} {metrics['steady_tokens_per_s']:9,.0f} {_mib(params, 2):>23s} {_mib(state, 2):>23s} "
+            f"{_mib(metrics['rss_mib_per_worker']):>19s}",
+            file=OUT,
+        )
 
 
 def _state(report: dict) -> float:
@@ -295,15 +412,26 @@ def _mib(values, decimals: int = 0) -> str:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="every part on a slice of the bytes (bars say nothing)")
-    parser.add_argument("--repeats", type=int, help=f"rounds of the throughput part (default {Sizes.repeats})")
-    parser.add_argument("--part", action="append", choices=list(PARTS), help="run only this part (repeatable)")
-    parser.add_argument("--ray-round", type=Path, help=argparse.SUPPRESS)  # the throughput part's own processes
+    parser.add_argument(
+        "--quick", action="store_true", help="every part on a slice of the bytes (bars say nothing)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, help=f"rounds of the throughput part (default {Sizes.repeats})"
+    )
+    parser.add_argument(
+        "--part", action="append", choices=list(PARTS), help="run only this part (repeatable)"
+    )
+    parser.add_argument(
+        "--ray-round", type=Path, help=argparse.SUPPRESS
+    )  # the throughput part's own processes
     parser.add_argument("--sizes", type=json.loads, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ray_round:
         sizes = Sizes(**{**args.sizes, "cut": tuple(args.sizes["cut"])})
-        with tempfile.TemporaryDirectory(prefix="scaleforge-bench-lm-") as folder, redirect_stdout(sys.stderr):
+        with (
+            tempfile.TemporaryDirectory(prefix="scaleforge-bench-lm-") as folder,
+            redirect_stdout(sys.stderr),
+        ):
             args.ray_round.write_text(json.dumps(ray_round(Path(folder), sizes)))
         sys.exit(0)
     sizes = QUICK if args.quick else Sizes()

@@ -42,11 +42,18 @@ def setup(config: str, overrides: list[str]):
     torch.manual_seed(cfg.optim.seed)
     model = build_model(cfg.model, cfg.data.seq_len, ByteTokenizer.vocab_size)
     params = list(model.parameters())
-    optimizer = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2]},
-                                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-                                  lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
-    tensors = {name: TensorDataset(torch.from_numpy(x).long(), torch.from_numpy(y).long())
-               for name, (x, y) in (("train", splits.train), ("validation", splits.validation))}
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": [p for p in params if p.dim() >= 2]},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=cfg.optim.lr,
+        weight_decay=cfg.optim.weight_decay,
+    )
+    tensors = {
+        name: TensorDataset(torch.from_numpy(x).long(), torch.from_numpy(y).long())
+        for name, (x, y) in (("train", splits.train), ("validation", splits.validation))
+    }
     return cfg, model, optimizer, tensors
 
 
@@ -78,19 +85,28 @@ def single(args) -> dict:
     began = time.perf_counter()
     budget = args.seconds - (began - STARTED) - scoring
     if budget <= 0:
-        raise SystemExit(f"--seconds {args.seconds:.0f}: start-up and scoring alone take {args.seconds - budget:.0f} s")
+        raise SystemExit(
+            f"--seconds {args.seconds:.0f}: start-up and scoring alone take {args.seconds - budget:.0f} s"
+        )
     warmup, peak, clip = 0.02 * budget, cfg.optim.lr, cfg.optim.clip_grad_norm
     steps, tokens, epoch = 0, 0, 0
     model.train()
     while time.perf_counter() - began < budget:
         generator = torch.Generator().manual_seed(cfg.optim.seed + epoch)
-        for x, y in DataLoader(data["train"], batch_size=cfg.optim.batch_size, drop_last=True,
-                               sampler=RandomSampler(data["train"], generator=generator)):
+        for x, y in DataLoader(
+            data["train"],
+            batch_size=cfg.optim.batch_size,
+            drop_last=True,
+            sampler=RandomSampler(data["train"], generator=generator),
+        ):
             elapsed = time.perf_counter() - began
             if elapsed >= budget:
                 break
-            lr = peak * elapsed / warmup if elapsed < warmup else \
-                0.5 * peak * (1 + math.cos(math.pi * (elapsed - warmup) / (budget - warmup)))
+            lr = (
+                peak * elapsed / warmup
+                if elapsed < warmup
+                else 0.5 * peak * (1 + math.cos(math.pi * (elapsed - warmup) / (budget - warmup)))
+            )
             for group in optimizer.param_groups:
                 group["lr"] = lr
             step(model, optimizer, x, y, clip)
@@ -99,9 +115,17 @@ def single(args) -> dict:
     trained_s = time.perf_counter() - began
     with torch.no_grad():  # scored as the compression job scores a language model
         bits = bits_per_byte(model, *validation, batch_size=SCORING_ROWS)
-    return {"bits_per_byte": bits, "steps": steps, "batch_size": cfg.optim.batch_size, "tokens": tokens,
-            "train_s": trained_s, "tokens_per_s": tokens / trained_s, "threads": args.threads,
-            "scoring_s_estimated": scoring, "total_s": time.perf_counter() - STARTED}
+    return {
+        "bits_per_byte": bits,
+        "steps": steps,
+        "batch_size": cfg.optim.batch_size,
+        "tokens": tokens,
+        "train_s": trained_s,
+        "tokens_per_s": tokens / trained_s,
+        "threads": args.threads,
+        "scoring_s_estimated": scoring,
+        "total_s": time.perf_counter() - STARTED,
+    }
 
 
 def ddp(args) -> dict:
@@ -111,7 +135,9 @@ def ddp(args) -> dict:
     torch.set_num_threads(1)
     cfg, model, optimizer, data = setup(args.config, args.set)
     model = DistributedDataParallel(model)
-    sampler = DistributedSampler(data["train"], num_replicas=world, rank=rank, shuffle=True, seed=cfg.optim.seed)
+    sampler = DistributedSampler(
+        data["train"], num_replicas=world, rank=rank, shuffle=True, seed=cfg.optim.seed
+    )
     loader = DataLoader(data["train"], batch_size=cfg.optim.batch_size, sampler=sampler, drop_last=True)
     if len(loader) < args.steps:
         raise SystemExit(f"{len(loader)} batches per rank, fewer than --steps {args.steps}")
@@ -129,9 +155,15 @@ def ddp(args) -> dict:
         if index >= args.warmup:
             timed_tokens += y.numel() * world
     dist.barrier()
-    result = {"tokens_per_s": timed_tokens / (times[-1] - times[args.warmup - 1]), "steps": args.steps,
-              "warmup": args.warmup, "world": world, "startup_s": times[args.warmup - 1] - STARTED, "warm_at": warm_at,
-              "rss_mib": peak_rss_mib()}
+    result = {
+        "tokens_per_s": timed_tokens / (times[-1] - times[args.warmup - 1]),
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "world": world,
+        "startup_s": times[args.warmup - 1] - STARTED,
+        "warm_at": warm_at,
+        "rss_mib": peak_rss_mib(),
+    }
     rss = [None] * world
     dist.all_gather_object(rss, result["rss_mib"])
     result["rss_mib_per_rank"] = rss
@@ -154,7 +186,9 @@ if __name__ == "__main__":
     parser.add_argument("mode", choices=["single", "ddp"])
     parser.add_argument("--config", required=True)
     parser.add_argument("--set", action="append", default=[], help="config override KEY=VALUE")
-    parser.add_argument("--seconds", type=float, help="single: wall-clock budget to the scored result, start-up included")
+    parser.add_argument(
+        "--seconds", type=float, help="single: wall-clock budget to the scored result, start-up included"
+    )
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=50)

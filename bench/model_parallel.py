@@ -49,6 +49,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "platform")]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bars import print_bars  # noqa: E402
+
 from scaleforge.distributed import ParallelDims  # noqa: E402
 from scaleforge.distributed.memory import memory_held, single_process_memory  # noqa: E402
 from scaleforge.distributed.strategy import Batch, cross_entropy, parallelize  # noqa: E402
@@ -57,8 +58,13 @@ from scaleforge.models.plans import TRANSFORMER  # noqa: E402
 
 SPEC = TransformerSpec(d_model=256, num_heads=8, num_layers=4, ff_dim=1024, dropout=0.0)
 GLOBAL_BATCH, MICROBATCHES, WARMUP = 64, 8, 2
-LAYOUTS = {"dp": {}, "tp": {"tp": None}, "pp gpipe": {"pp": None, "pp_schedule": "gpipe"},
-           "pp 1f1b": {"pp": None, "pp_schedule": "1f1b"}, "fsdp": {"fsdp": None}}
+LAYOUTS = {
+    "dp": {},
+    "tp": {"tp": None},
+    "pp gpipe": {"pp": None, "pp_schedule": "gpipe"},
+    "pp 1f1b": {"pp": None, "pp_schedule": "1f1b"},
+    "fsdp": {"fsdp": None},
+}
 
 
 def _layout(name: str, world: int) -> dict:
@@ -75,6 +81,7 @@ def _build(name: str, world: int):
 
         def step(x, y):
             F.cross_entropy(ddp(x), y).backward()
+
         return step, model, optimizer, GLOBAL_BATCH // world, None
     layout = _layout(name, world)
     dims = ParallelDims.resolve(world, dp=1, microbatches=MICROBATCHES, **layout)
@@ -83,6 +90,7 @@ def _build(name: str, world: int):
 
     def step(x, y):
         split.train_step(Batch(x, y), cross_entropy)
+
     return step, split.module, torch.optim.AdamW(split.module.parameters(), lr=1e-3), rows, split
 
 
@@ -96,7 +104,9 @@ def _stage_time(split, rows: int) -> float:
     for _ in range(5):
         begin = time.perf_counter()
         out = split.module(x)
-        (F.cross_entropy(out, torch.zeros(micro, dtype=torch.int64)) if out.dim() == 2 else out.sum()).backward()
+        (
+            F.cross_entropy(out, torch.zeros(micro, dtype=torch.int64)) if out.dim() == 2 else out.sum()
+        ).backward()
         times.append(time.perf_counter() - begin)
     return min(times)
 
@@ -114,6 +124,7 @@ class _Waits:
             begin = time.perf_counter()
             wait(work)
             self.seconds += time.perf_counter() - begin
+
         schedules._wait_batch_p2p = timed
 
 
@@ -170,8 +181,11 @@ def measure(name: str, world: int, steps: int, timeout_s: float = 300, attempts:
                     break
             else:
                 return torch.load(out, weights_only=True)
-        print(f"  {name} on {world} workers: no result within {timeout_s:.0f} s (attempt {attempt})",
-              file=sys.stderr, flush=True)
+        print(
+            f"  {name} on {world} workers: no result within {timeout_s:.0f} s (attempt {attempt})",
+            file=sys.stderr,
+            flush=True,
+        )
     raise TimeoutError(f"{name} on {world} workers did not finish in {attempts} attempts")
 
 
@@ -182,10 +196,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     model = build_model(SPEC, 40, 10)
     one_process = single_process_memory(model, "adamw").total
-    print(f"transformer {count_parameters(model):,} parameters, global batch {GLOBAL_BATCH}, "
-          f"{MICROBATCHES} micro-batches; one process holds {one_process / 2**20:.1f} MiB of model state")
-    print("| workers | layout | step ms | vs dp | memory / worker MiB | vs one process | idle | 1 - m t_stage / t_step "
-          "| bubble ideal |")
+    print(
+        f"transformer {count_parameters(model):,} parameters, global batch {GLOBAL_BATCH}, "
+        f"{MICROBATCHES} micro-batches; one process holds {one_process / 2**20:.1f} MiB of model state"
+    )
+    print(
+        "| workers | layout | step ms | vs dp | memory / worker MiB | vs one process | idle | 1 - m t_stage / t_step "
+        "| bubble ideal |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     rows = []
     for world in args.workers:
@@ -196,20 +214,38 @@ def main(argv=None) -> int:
         for name, r in results.items():
             pipeline = name.startswith("pp")
             ideal = f"{(world - 1) / (MICROBATCHES + world - 1):.2f}" if pipeline else "-"
-            print(f"| {world} | {name} | {r['step_s'] * 1e3:.0f} | {r['step_s'] / results['dp']['step_s']:.2f}x | "
-                  f"{r['held'] / 2**20:.1f} | {r['held'] / one_process:.2f}x | "
-                  f"{r['idle']:.2f} | {r['bubble']:.2f} | {ideal} |" if pipeline else
-                  f"| {world} | {name} | {r['step_s'] * 1e3:.0f} | {r['step_s'] / results['dp']['step_s']:.2f}x | "
-                  f"{r['held'] / 2**20:.1f} | {r['held'] / one_process:.2f}x | - | - | - |", flush=True)
+            print(
+                f"| {world} | {name} | {r['step_s'] * 1e3:.0f} | {r['step_s'] / results['dp']['step_s']:.2f}x | "
+                f"{r['held'] / 2**20:.1f} | {r['held'] / one_process:.2f}x | "
+                f"{r['idle']:.2f} | {r['bubble']:.2f} | {ideal} |"
+                if pipeline
+                else f"| {world} | {name} | {r['step_s'] * 1e3:.0f} | {r['step_s'] / results['dp']['step_s']:.2f}x | "
+                f"{r['held'] / 2**20:.1f} | {r['held'] / one_process:.2f}x | - | - | - |",
+                flush=True,
+            )
         for name, r in results.items():
             if name != "dp":
                 share = r["held"] / one_process
-                rows.append((f"{world} workers, {name}: memory of one process", f"{share:.2f}x",
-                             f"<= {1 / world + 0.05:.2f}x", share <= 1 / world + 0.05))
-            if name.startswith("pp") and world <= (os.cpu_count() or 1):  # stages sharing a core idle by design
+                rows.append(
+                    (
+                        f"{world} workers, {name}: memory of one process",
+                        f"{share:.2f}x",
+                        f"<= {1 / world + 0.05:.2f}x",
+                        share <= 1 / world + 0.05,
+                    )
+                )
+            if name.startswith("pp") and world <= (
+                os.cpu_count() or 1
+            ):  # stages sharing a core idle by design
                 ideal = (world - 1) / (MICROBATCHES + world - 1)
-                rows.append((f"{world} workers, {name}: idle", f"{r['idle']:.2f}", f"<= {2 * ideal + 0.1:.2f}",
-                             r["idle"] <= 2 * ideal + 0.1))
+                rows.append(
+                    (
+                        f"{world} workers, {name}: idle",
+                        f"{r['idle']:.2f}",
+                        f"<= {2 * ideal + 0.1:.2f}",
+                        r["idle"] <= 2 * ideal + 0.1,
+                    )
+                )
     print()
     return print_bars(rows, "layout")
 

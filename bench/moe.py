@@ -24,6 +24,7 @@ import torch.nn.functional as F
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "platform")]
 
 from bars import print_bars  # noqa: E402
+
 from scaleforge.data import load_mnist1d  # noqa: E402
 from scaleforge.models import MoESpec, build_model, count_parameters  # noqa: E402
 from scaleforge.models.moe import MoELayer, dense_forward, expert_load, moe_layers  # noqa: E402
@@ -61,7 +62,7 @@ def train(spec: MoESpec, data, seed: int, epochs: int = 25, batch: int = 512, lr
         model.train()
         order = torch.randperm(len(x))
         for i in range(0, len(x), batch):
-            rows = order[i:i + batch]
+            rows = order[i : i + batch]
             start = time.perf_counter()
             loss = F.cross_entropy(model(x[rows]), y[rows]) + model.aux_loss()
             optimizer.zero_grad()
@@ -72,25 +73,39 @@ def train(spec: MoESpec, data, seed: int, epochs: int = 25, batch: int = 512, lr
     model.eval()
     with torch.no_grad():
         accuracy = (model(torch.from_numpy(data["x_test"])).argmax(1).numpy() == data["y_test"]).mean()
-    active = count_parameters(model) - sum(count_parameters(e) for layer in moe_layers(model) for e in layer.experts) \
+    active = (
+        count_parameters(model)
+        - sum(count_parameters(e) for layer in moe_layers(model) for e in layer.experts)
         + sum(count_parameters(layer.experts[0]) * spec.top_k for layer in moe_layers(model))
-    return {"accuracy": float(accuracy), "step_ms": 1e3 * float(np.median(step_times)),
-            "params": count_parameters(model), "active": active, "cv": expert_load(model)["load_cv"]}
+    )
+    return {
+        "accuracy": float(accuracy),
+        "step_ms": 1e3 * float(np.median(step_times)),
+        "params": count_parameters(model),
+        "active": active,
+        "cv": expert_load(model)["load_cv"],
+    }
 
 
 def main() -> int:
     torch.set_num_threads(1)
     sparse, dense = compute_follows_k()
     print("1. One MoE layer, 16 experts (d=256, hidden=1024), 2048 tokens, forward")
-    print(f"   top-1 sparse dispatch {sparse * 1e3:8.1f} ms | all 16 experts dense {dense * 1e3:8.1f} ms"
-          f" | ratio {sparse / dense:.2f} (target < 0.5)")
+    print(
+        f"   top-1 sparse dispatch {sparse * 1e3:8.1f} ms | all 16 experts dense {dense * 1e3:8.1f} ms"
+        f" | ratio {sparse / dense:.2f} (target < 0.5)"
+    )
 
     data = load_mnist1d(20_000, 42, 0.2, "~/.cache/scaleforge")
     # A small stem, so that the block after it (experts or dense MLP) decides the accuracy.
     stem = dict(stem_channels=[8, 8], d_model=32)
     specs = {
-        "MoE: 8 experts x 32, top-2": MoESpec(**stem, num_experts=8, expert_hidden=32, top_k=2, aux_loss_weight=0.02),
-        "dense: 1 expert x 64": MoESpec(**stem, num_experts=1, expert_hidden=64, top_k=1, aux_loss_weight=0.0),
+        "MoE: 8 experts x 32, top-2": MoESpec(
+            **stem, num_experts=8, expert_hidden=32, top_k=2, aux_loss_weight=0.02
+        ),
+        "dense: 1 expert x 64": MoESpec(
+            **stem, num_experts=1, expert_hidden=64, top_k=1, aux_loss_weight=0.0
+        ),
     }
     seeds = (0, 1, 2)
     runs = {name: [train(spec, data, seed) for seed in seeds] for name, spec in specs.items()}
@@ -101,20 +116,39 @@ def main() -> int:
         accuracy = [r["accuracy"] for r in results]
         step = float(np.median([r["step_ms"] for r in results]))
         summary[name] = (float(np.mean(accuracy)), step)
-        print(f"   {name:28s} {results[0]['params']:8,d} {results[0]['active']:8,d} "
-              f"{np.mean(accuracy):10.4f} ({min(accuracy):.4f}-{max(accuracy):.4f}) {step:8.2f}")
+        print(
+            f"   {name:28s} {results[0]['params']:8,d} {results[0]['active']:8,d} "
+            f"{np.mean(accuracy):10.4f} ({min(accuracy):.4f}-{max(accuracy):.4f}) {step:8.2f}"
+        )
     (moe_acc, moe_step), (dense_acc, dense_step) = summary.values()
-    print(f"   MoE - dense accuracy: {100 * (moe_acc - dense_acc):+.2f} points (mean of {len(seeds)} seeds); "
-          f"step-time ratio {moe_step / dense_step:.2f} (target <= 1.5)")
+    print(
+        f"   MoE - dense accuracy: {100 * (moe_acc - dense_acc):+.2f} points (mean of {len(seeds)} seeds); "
+        f"step-time ratio {moe_step / dense_step:.2f} (target <= 1.5)"
+    )
     print()
-    return print_bars([
-        ("1. forward, top-1 sparse / all 16 experts dense", f"{sparse * 1e3:.1f} / {dense * 1e3:.1f} ms = "
-         f"{sparse / dense:.2f}", "< 0.5", sparse / dense < 0.5),
-        ("2. step time, MoE / dense (same active params)", f"{moe_step:.2f} / {dense_step:.2f} ms = "
-         f"{moe_step / dense_step:.2f}", "<= 1.5", moe_step / dense_step <= 1.5),
-        (f"2. test accuracy, MoE - dense (mean of {len(seeds)} seeds)", f"{moe_acc:.4f} - {dense_acc:.4f} = "
-         f"{100 * (moe_acc - dense_acc):+.2f} points", ">= 0 points", moe_acc >= dense_acc),
-    ], "MoE")
+    return print_bars(
+        [
+            (
+                "1. forward, top-1 sparse / all 16 experts dense",
+                f"{sparse * 1e3:.1f} / {dense * 1e3:.1f} ms = {sparse / dense:.2f}",
+                "< 0.5",
+                sparse / dense < 0.5,
+            ),
+            (
+                "2. step time, MoE / dense (same active params)",
+                f"{moe_step:.2f} / {dense_step:.2f} ms = {moe_step / dense_step:.2f}",
+                "<= 1.5",
+                moe_step / dense_step <= 1.5,
+            ),
+            (
+                f"2. test accuracy, MoE - dense (mean of {len(seeds)} seeds)",
+                f"{moe_acc:.4f} - {dense_acc:.4f} = {100 * (moe_acc - dense_acc):+.2f} points",
+                ">= 0 points",
+                moe_acc >= dense_acc,
+            ),
+        ],
+        "MoE",
+    )
 
 
 if __name__ == "__main__":

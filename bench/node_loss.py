@@ -51,7 +51,10 @@ def _node_of(class_name: str, cluster: Cluster, deadline_s: float = 120):
         by_id = {node.node_id: node for node in cluster.list_all_nodes()}
         for actor in alive:
             node_id = actor["Address"]["NodeID"]
-            if actor["ActorClassName"] == class_name and by_id.get(node_id, cluster.head_node) is not cluster.head_node:
+            if (
+                actor["ActorClassName"] == class_name
+                and by_id.get(node_id, cluster.head_node) is not cluster.head_node
+            ):
                 return by_id[node_id]
         time.sleep(0.5)
     raise TimeoutError(f"no alive {class_name} on a worker node within {deadline_s:.0f} s")
@@ -74,10 +77,18 @@ def async_sgd(cluster: Cluster, output: str) -> dict:
     """Remove the node holding shard 0 once the run has checkpointed a few times."""
     from scaleforge.paramserver import run_async_sgd
 
-    cfg = load_config(AsyncSGDConfig, REPO / "configs/async_sgd.yaml", [
-        "data.num_samples=8000", "workers.epochs=12", "server.checkpoint_every=25", "run.eval_every_s=1",
-        f"run.output_dir={storage.join(output, 'out')}", f"artifact.dir={storage.join(output, 'artifact')}",
-    ])
+    cfg = load_config(
+        AsyncSGDConfig,
+        REPO / "configs/async_sgd.yaml",
+        [
+            "data.num_samples=8000",
+            "workers.epochs=12",
+            "server.checkpoint_every=25",
+            "run.eval_every_s=1",
+            f"run.output_dir={storage.join(output, 'out')}",
+            f"artifact.dir={storage.join(output, 'artifact')}",
+        ],
+    )
     removed: dict = {}
 
     def shard_node_after_a_while():
@@ -88,9 +99,14 @@ def async_sgd(cluster: Cluster, output: str) -> dict:
     _remove_later(cluster, shard_node_after_a_while, removed)
     result = run_async_sgd(cfg)
     shards = storage.file_sizes(storage.join(output, "out", "checkpoints"))
-    return {"test_accuracy": result.test_accuracy, "events": result.events, "removed": removed.get("node_id"),
-            "checkpoint_every": cfg.server.checkpoint_every, "updates": result.updates,
-            "in_bucket": sorted(shards) == [f"shard{i}.safetensors" for i in range(cfg.server.num_shards)]}
+    return {
+        "test_accuracy": result.test_accuracy,
+        "events": result.events,
+        "removed": removed.get("node_id"),
+        "checkpoint_every": cfg.server.checkpoint_every,
+        "updates": result.updates,
+        "in_bucket": sorted(shards) == [f"shard{i}.safetensors" for i in range(cfg.server.num_shards)],
+    }
 
 
 def _registered_checkpoints(snapshot: str) -> list:
@@ -105,10 +121,18 @@ def train(cluster: Cluster, output: str) -> dict:
     room (the surviving worker fails at its next collective, and the controller restarts the group)."""
     from scaleforge.train import run_training
 
-    cfg = load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", [
-        "data.num_samples=20000", "optim.epochs=5", "run.max_failures=2", f"run.storage_path={storage.join(output, 'runs')}",
-        "run.name=node-loss", f"artifact.dir={storage.join(output, 'artifact')}",
-    ])
+    cfg = load_config(
+        TrainJobConfig,
+        REPO / "configs/train_dp.yaml",
+        [
+            "data.num_samples=20000",
+            "optim.epochs=5",
+            "run.max_failures=2",
+            f"run.storage_path={storage.join(output, 'runs')}",
+            "run.name=node-loss",
+            f"artifact.dir={storage.join(output, 'artifact')}",
+        ],
+    )
     removed: dict = {}
 
     def worker_node_after_a_checkpoint():
@@ -121,10 +145,14 @@ def train(cluster: Cluster, output: str) -> dict:
 
     _remove_later(cluster, worker_node_after_a_checkpoint, removed)
     result = run_training(cfg)
-    return {"test_accuracy": result.metrics["test_accuracy"], "resumed_from_epoch": result.metrics["resumed_from_epoch"],
-            "epochs": [h["epoch"] for h in result.history], "removed": removed.get("node_id"),
-            "in_bucket": result.checkpoint_path.startswith("s3://") and storage.is_file(
-                storage.join(result.checkpoint_path, "trainer_state.json"))}
+    return {
+        "test_accuracy": result.metrics["test_accuracy"],
+        "resumed_from_epoch": result.metrics["resumed_from_epoch"],
+        "epochs": [h["epoch"] for h in result.history],
+        "removed": removed.get("node_id"),
+        "in_bucket": result.checkpoint_path.startswith("s3://")
+        and storage.is_file(storage.join(result.checkpoint_path, "trainer_state.json")),
+    }
 
 
 def serve_app(cluster: Cluster, output: str) -> dict:
@@ -143,10 +171,21 @@ def serve_app(cluster: Cluster, output: str) -> dict:
     spread = {"replicas": 2, "max_replicas_per_node": 1, "num_cpus": 0.5}
     (port,) = free_ports(1)
     serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
-    serve.run(build_app({"models": [{"name": "m", "artifact": str(artifact), **spread}], "ingress": spread}),
-              name="drill", route_prefix="/")
-    body = {"inputs": [{"name": "input", "shape": [16, 40], "datatype": "FP32",
-                        "data": data["x_test"][:16].ravel().tolist()}]}
+    serve.run(
+        build_app({"models": [{"name": "m", "artifact": str(artifact), **spread}], "ingress": spread}),
+        name="drill",
+        route_prefix="/",
+    )
+    body = {
+        "inputs": [
+            {
+                "name": "input",
+                "shape": [16, 40],
+                "datatype": "FP32",
+                "data": data["x_test"][:16].ravel().tolist(),
+            }
+        ]
+    }
     statuses: list[tuple[float, int]] = []
     stop = threading.Event()
 
@@ -174,10 +213,15 @@ def serve_app(cluster: Cluster, output: str) -> dict:
     after = [code for at, code in statuses if at > settled]
     failed = [(at, code) for at, code in statuses if code != 200]
     serve.shutdown()
-    return {"requests": len(statuses), "failed": len(failed), "failed_codes": sorted({c for _, c in failed}),
-            "failed_before_loss": sum(at < removed_at for at, _ in failed),
-            "answered_after_loss": sum(code == 200 for code in after), "after_loss": len(after),
-            "removed": node.node_id}
+    return {
+        "requests": len(statuses),
+        "failed": len(failed),
+        "failed_codes": sorted({c for _, c in failed}),
+        "failed_before_loss": sum(at < removed_at for at, _ in failed),
+        "answered_after_loss": sum(code == 200 for code in after),
+        "after_loss": len(after),
+        "removed": node.node_id,
+    }
 
 
 DRILLS = {"async_sgd": async_sgd, "train": train, "serve": serve_app}
@@ -190,19 +234,38 @@ def _rows(results: dict) -> list[tuple[str, str, str, bool]]:
     lost = max((e["lost_updates"] for e in restored), default=-1)
     bound = ps["checkpoint_every"]
     return [
-        ("async_sgd.yaml, a shard's node lost", f"accuracy {ps['test_accuracy']:.4f}, {len(restored)} shard(s) "
-         f"restored from the bucket, at most {lost} updates lost", f">= 0.9, restored, <= {bound} lost",
-         bool(ps["removed"]) and bool(restored) and ps["in_bucket"] and ps["test_accuracy"] >= 0.9
-         and 0 <= lost <= bound),
-        ("train_dp.yaml, a worker's node lost", f"accuracy {train_run['test_accuracy']:.4f}, resumed from the "
-         f"bucket's epoch-{train_run['resumed_from_epoch']} checkpoint, epochs {train_run['epochs']}",
-         ">= 0.9, resumed, each epoch once", bool(train_run["removed"]) and train_run["in_bucket"]
-         and train_run["test_accuracy"] >= 0.9 and train_run["resumed_from_epoch"] >= 1
-         and train_run["epochs"] == [1, 2, 3, 4, 5]),
-        ("Serve app, a replica's node lost under load", f"{served['requests']} requests, {served['failed']} failed "
-         f"{served['failed_codes']}, {served['answered_after_loss']}/{served['after_loss']} answered once settled",
-         "none before, all once settled", bool(served["removed"]) and served["failed_before_loss"] == 0
-         and served["after_loss"] > 20 and served["answered_after_loss"] == served["after_loss"]),
+        (
+            "async_sgd.yaml, a shard's node lost",
+            f"accuracy {ps['test_accuracy']:.4f}, {len(restored)} shard(s) "
+            f"restored from the bucket, at most {lost} updates lost",
+            f">= 0.9, restored, <= {bound} lost",
+            bool(ps["removed"])
+            and bool(restored)
+            and ps["in_bucket"]
+            and ps["test_accuracy"] >= 0.9
+            and 0 <= lost <= bound,
+        ),
+        (
+            "train_dp.yaml, a worker's node lost",
+            f"accuracy {train_run['test_accuracy']:.4f}, resumed from the "
+            f"bucket's epoch-{train_run['resumed_from_epoch']} checkpoint, epochs {train_run['epochs']}",
+            ">= 0.9, resumed, each epoch once",
+            bool(train_run["removed"])
+            and train_run["in_bucket"]
+            and train_run["test_accuracy"] >= 0.9
+            and train_run["resumed_from_epoch"] >= 1
+            and train_run["epochs"] == [1, 2, 3, 4, 5],
+        ),
+        (
+            "Serve app, a replica's node lost under load",
+            f"{served['requests']} requests, {served['failed']} failed "
+            f"{served['failed_codes']}, {served['answered_after_loss']}/{served['after_loss']} answered once settled",
+            "none before, all once settled",
+            bool(served["removed"])
+            and served["failed_before_loss"] == 0
+            and served["after_loss"] > 20
+            and served["answered_after_loss"] == served["after_loss"],
+        ),
     ]
 
 
@@ -211,11 +274,17 @@ def main() -> int:
     from contextlib import redirect_stdout
 
     # A dead node is declared dead after ~3 s instead of Ray's default ~30 s (shortened for the drill).
-    fast_detection = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
-                      "health_check_failure_threshold": 3}
+    fast_detection = {
+        "health_check_initial_delay_ms": 0,
+        "health_check_period_ms": 1000,
+        "health_check_failure_threshold": 3,
+    }
     results = {}
-    with (tempfile.TemporaryDirectory(prefix="scaleforge-bench-node-loss-") as folder, LocalS3() as s3,
-          redirect_stdout(sys.stderr)):
+    with (
+        tempfile.TemporaryDirectory(prefix="scaleforge-bench-node-loss-") as folder,
+        LocalS3() as s3,
+        redirect_stdout(sys.stderr),
+    ):
         machines = Machines(Path(folder))  # each node its own home, cache and Ray folder
         names = (f"node{index}" for index in itertools.count())
 

@@ -44,7 +44,9 @@ async def infer(name: str, request: Request):
     if name != name_served:
         return JSONResponse({"error": f"unknown model '{name}'; served: {name_served}"}, status_code=404)
     try:
-        parsed = parse_infer_request(await request.body(), model.input_dim, MAX_BATCH, request.headers.get(HEADER))
+        parsed = parse_infer_request(
+            await request.body(), model.input_dim, MAX_BATCH, request.headers.get(HEADER)
+        )
     except ProtocolError as err:
         return JSONResponse({"error": err.message}, status_code=err.status)
     with torch.inference_mode():

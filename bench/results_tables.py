@@ -34,8 +34,10 @@ RAY_LOG_LINE = re.compile(r"^(\x1b\[[0-9;]*m)?\((raylet|[^)\s]*\s?pid=\d+)[^)]*\
 def block(name: str, output: str, when: str) -> str:
     """One benchmark's table between its markers, with the command and the date it ran."""
     table = "\n".join(line for line in output.strip().splitlines() if not RAY_LOG_LINE.match(line))
-    return (f"<!-- bench:{name} -->\n`python bench/{name}.py`, {when}:\n\n```\n{table}\n```\n"
-            f"<!-- /bench:{name} -->")
+    return (
+        f"<!-- bench:{name} -->\n`python bench/{name}.py`, {when}:\n\n```\n{table}\n```\n"
+        f"<!-- /bench:{name} -->"
+    )
 
 
 def update(page: str, name: str, output: str, when: str) -> str:
@@ -53,10 +55,15 @@ QUOTE = re.compile(r"(<!-- bench-row:(?P<name>[\w-]+):(?P<start>.+?) -->).*?(<!-
 def quote(page: str, outputs: dict[str, str]) -> str:
     """``page`` with each quoted row replaced by the row of its benchmark's output that starts so
     (kept as it is where that benchmark has no output or no such row)."""
+
     def row(match: re.Match) -> str:
-        lines = [re.sub(r"\s{2,}", "  ", line.strip()) for line in outputs.get(match["name"], "").splitlines()
-                 if line.strip().startswith(match["start"])]
+        lines = [
+            re.sub(r"\s{2,}", "  ", line.strip())
+            for line in outputs.get(match["name"], "").splitlines()
+            if line.strip().startswith(match["start"])
+        ]
         return f"{match[1]}`{lines[-1]}`{match[4]}" if lines else match[0]
+
     return QUOTE.sub(row, page)
 
 

@@ -77,19 +77,25 @@ from ray import serve  # noqa: E402
 from ray.serve.context import _get_global_client  # noqa: E402
 
 from scaleforge.artifacts.servable import load_servable  # noqa: E402
-from scaleforge.deploy import direct_ingress_urls  # noqa: E402
 from scaleforge.config.serve import ModelEntry  # noqa: E402
 from scaleforge.data import load_mnist1d  # noqa: E402
+from scaleforge.deploy import direct_ingress_urls  # noqa: E402
 from scaleforge.models import CNN1dSpec  # noqa: E402
 from scaleforge.models.early_exit import EarlyExitCNN1d, joint_loss  # noqa: E402
 from scaleforge.quickfit import fit, fit_and_save  # noqa: E402
-from scaleforge.runtime import SERVE_DIRECT_INGRESS  # noqa: E402
 from scaleforge.routing import calibrate_thresholds, simulate_cascade  # noqa: E402
+from scaleforge.runtime import SERVE_DIRECT_INGRESS  # noqa: E402
 from serving.app import build_app  # noqa: E402
-from serving.models import split_like  # noqa: E402
 from serving.binary import HEADER  # noqa: E402
-from serving.protocol import (SERVER_TIMING, ProtocolError, infer_response, parse_infer_request,  # noqa: E402
-                              parse_server_timing, render)
+from serving.models import split_like  # noqa: E402
+from serving.protocol import (
+    SERVER_TIMING,
+    ProtocolError,
+    infer_response,
+    parse_infer_request,  # noqa: E402
+    parse_server_timing,
+    render,
+)
 
 CACHE = Path("~/.cache/scaleforge/serving-bench").expanduser()
 STUDENT = CNN1dSpec(channels=[16, 32], hidden=64, pool=True)
@@ -120,7 +126,9 @@ class BareModel:
     @bare_api.post("/v2/models/{name}/infer")
     async def infer(self, name: str, request: Request):
         try:
-            parsed = parse_infer_request(await request.body(), self.model.input_dim, 1024, request.headers.get(HEADER))
+            parsed = parse_infer_request(
+                await request.body(), self.model.input_dim, 1024, request.headers.get(HEADER)
+            )
         except ProtocolError as err:
             return JSONResponse({"error": err.message}, status_code=err.status)
         probs = await self.predict(parsed.x)
@@ -181,8 +189,17 @@ def trained(data) -> dict[str, str]:
     if not (path / "model.safetensors").is_file():
         print(f"training the early-exit network (cached in {path}) ...", file=sys.stderr, flush=True)
         torch.manual_seed(0)  # as fit_and_save trains the teacher, with the joint loss of both exits
-        model = fit(EarlyExitCNN1d(TEACHER, 40, 10, exit_after=EXIT_AFTER), data["x"], data["y"], epochs=3,
-                    batch_size=256, lr=3e-3, weight_decay=1e-4, one_cycle=True, loss=joint_loss)
+        model = fit(
+            EarlyExitCNN1d(TEACHER, 40, 10, exit_after=EXIT_AFTER),
+            data["x"],
+            data["y"],
+            epochs=3,
+            batch_size=256,
+            lr=3e-3,
+            weight_decay=1e-4,
+            one_cycle=True,
+            loss=joint_loss,
+        )
         path.mkdir(parents=True, exist_ok=True)
         save_file(model.state_dict(), str(path / "model.safetensors.tmp"))
         os.replace(path / "model.safetensors.tmp", path / "model.safetensors")
@@ -218,9 +235,16 @@ def calibrated_thresholds(probs: dict[str, list[torch.Tensor]], y: np.ndarray) -
     below its own last stage, where that is lower)."""
     labels = torch.from_numpy(y)
     last = {name: float((stages[1].argmax(1) == labels).float().mean()) for name, stages in probs.items()}
-    return {name: calibrate_thresholds(stages, labels, "max_prob", safety_sd=2.0,
-                                       target_accuracy=min(last["cascade"], last[name]) - 0.005)[0]
-            for name, stages in probs.items()}
+    return {
+        name: calibrate_thresholds(
+            stages,
+            labels,
+            "max_prob",
+            safety_sd=2.0,
+            target_accuracy=min(last["cascade"], last[name]) - 0.005,
+        )[0]
+        for name, stages in probs.items()
+    }
 
 
 def print_exit_curves(probs: dict[str, list[torch.Tensor]], y: np.ndarray) -> None:
@@ -233,7 +257,9 @@ def print_exit_curves(probs: dict[str, list[torch.Tensor]], y: np.ndarray) -> No
         cells = []
         for threshold in thresholds:
             result = simulate_cascade(stages, [threshold], "max_prob")
-            cells.append(f"{float((result.predictions == labels).float().mean()):.4f} / {result.answered_at(0):4.0%}")
+            cells.append(
+                f"{float((result.predictions == labels).float().mean()):.4f} / {result.answered_at(0):4.0%}"
+            )
         print(f"  {name:24s}" + "".join(f"{cell:>14s}" for cell in cells))
 
 
@@ -246,18 +272,34 @@ def deploy(paths: dict[str, str], thresholds: dict[str, float]) -> None:
     # The student runs in the ingress with no batching wait: a request of 64 rows is a batch already,
     # and requests that arrive while it runs are merged all the same.
     student = {"name": "student", "artifact": paths["student"], **model, "batch_wait_timeout_s": 0.0}
-    cascade = {"models": [{**student, "in_ingress": True}, teacher],
-               "cascades": [{"name": "cascade", "stages": [{"model": "student", "threshold": threshold},
-                                                            {"model": "teacher"}]}], "ingress": ingress}
+    cascade = {
+        "models": [{**student, "in_ingress": True}, teacher],
+        "cascades": [
+            {
+                "name": "cascade",
+                "stages": [{"model": "student", "threshold": threshold}, {"model": "teacher"}],
+            }
+        ],
+        "ingress": ingress,
+    }
     separate = {**cascade, "models": [student, teacher]}
     serve.run(build_app(teacher_only), name="teacher-only", route_prefix="/teacher-only")
     serve.run(build_app(cascade), name="cascade", route_prefix="/cascade")
     serve.run(build_app(separate), name="cascade-2-deployments", route_prefix="/cascade-2-deployments")
-    serve.run(BareModel.options(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64).bind(paths["student"]),
-              name="bare", route_prefix="/bare")
-    serve.run(EarlyExitServer.options(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64,
-                                      num_replicas=MODEL_PROCESSES).bind(paths["early-exit"], thresholds["early exit"]),
-              name="early-exit", route_prefix="/early-exit")
+    serve.run(
+        BareModel.options(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64).bind(
+            paths["student"]
+        ),
+        name="bare",
+        route_prefix="/bare",
+    )
+    serve.run(
+        EarlyExitServer.options(
+            ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64, num_replicas=MODEL_PROCESSES
+        ).bind(paths["early-exit"], thresholds["early exit"]),
+        name="early-exit",
+        route_prefix="/early-exit",
+    )
 
 
 @contextlib.contextmanager
@@ -265,9 +307,23 @@ def plain_server(artifact: str, name: str):
     """bench/plain_server.py under uvicorn (``MODEL_PROCESSES`` workers) on a free port: yields its URL."""
     port = _free_port()
     env = {**os.environ, "PLAIN_ARTIFACT": artifact, "PLAIN_MODEL": name}
-    command = [sys.executable, "-m", "uvicorn", "plain_server:app", "--app-dir", str(REPO / "bench"),
-               "--host", "127.0.0.1", "--port", str(port), "--workers", str(MODEL_PROCESSES),
-               "--log-level", "warning", "--no-access-log"]
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "plain_server:app",
+        "--app-dir",
+        str(REPO / "bench"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(MODEL_PROCESSES),
+        "--log-level",
+        "warning",
+        "--no-access-log",
+    ]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, start_new_session=True)
     try:
         base = f"http://127.0.0.1:{port}"
@@ -289,8 +345,9 @@ def _wait_ready(url: str, process: subprocess.Popen, timeout_s: float = 120) -> 
         if process.poll() is not None:
             raise RuntimeError(f"uvicorn exited with status {process.returncode} before it was ready")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"uvicorn at {url}: {len(workers)} of {MODEL_PROCESSES} workers ready after "
-                               f"{timeout_s:.0f} s")
+            raise RuntimeError(
+                f"uvicorn at {url}: {len(workers)} of {MODEL_PROCESSES} workers ready after {timeout_s:.0f} s"
+            )
         with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
             workers.add(httpx.get(url, timeout=2).json()["pid"])
         time.sleep(0.05)
@@ -298,20 +355,48 @@ def _wait_ready(url: str, process: subprocess.Popen, timeout_s: float = 120) -> 
 
 def bodies(x: np.ndarray, **parameters) -> list[tuple[bytes, dict]]:
     """Requests of ``BATCH`` rows as V2 JSON, with their headers."""
-    return [(json.dumps({"inputs": [{"name": "input", "shape": [BATCH, x.shape[1]], "datatype": "FP32",
-                                     "data": x[i:i + BATCH].ravel().tolist()}], "parameters": parameters}).encode(),
-             {"content-type": "application/json"}) for i in range(0, len(x) - BATCH + 1, BATCH)]
+    return [
+        (
+            json.dumps(
+                {
+                    "inputs": [
+                        {
+                            "name": "input",
+                            "shape": [BATCH, x.shape[1]],
+                            "datatype": "FP32",
+                            "data": x[i : i + BATCH].ravel().tolist(),
+                        }
+                    ],
+                    "parameters": parameters,
+                }
+            ).encode(),
+            {"content-type": "application/json"},
+        )
+        for i in range(0, len(x) - BATCH + 1, BATCH)
+    ]
 
 
 def binary_bodies(x: np.ndarray, **parameters) -> list[tuple[bytes, dict]]:
     """The same requests with the binary tensor extension, every output asked for as binary data."""
     requests = []
     for i in range(0, len(x) - BATCH + 1, BATCH):
-        raw = np.ascontiguousarray(x[i:i + BATCH], dtype="<f4").tobytes()
-        header = json.dumps({"inputs": [{"name": "input", "shape": [BATCH, x.shape[1]], "datatype": "FP32",
-                                         "parameters": {"binary_data_size": len(raw)}}],
-                             "parameters": {**parameters, "binary_data_output": True}}).encode()
-        requests.append((header + raw, {"content-type": "application/octet-stream", HEADER: str(len(header))}))
+        raw = np.ascontiguousarray(x[i : i + BATCH], dtype="<f4").tobytes()
+        header = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "input",
+                        "shape": [BATCH, x.shape[1]],
+                        "datatype": "FP32",
+                        "parameters": {"binary_data_size": len(raw)},
+                    }
+                ],
+                "parameters": {**parameters, "binary_data_output": True},
+            }
+        ).encode()
+        requests.append(
+            (header + raw, {"content-type": "application/octet-stream", HEADER: str(len(header))})
+        )
     return requests
 
 
@@ -321,11 +406,16 @@ def predicted_classes(response: httpx.Response) -> np.ndarray:
         return np.asarray(response.json()["outputs"][0]["data"])
     length = int(response.headers[HEADER])
     first = json.loads(response.content[:length])["outputs"][0]
-    return np.frombuffer(response.content[length:length + first["parameters"]["binary_data_size"]], "<i8")
+    return np.frombuffer(response.content[length : length + first["parameters"]["binary_data_size"]], "<i8")
 
 
-async def drive(url: str | list[str], requests: list[tuple[bytes, dict]], labels: list[np.ndarray],
-                concurrency: int, seconds: float) -> dict:
+async def drive(
+    url: str | list[str],
+    requests: list[tuple[bytes, dict]],
+    labels: list[np.ndarray],
+    concurrency: int,
+    seconds: float,
+) -> dict:
     """Closed loop: ``concurrency`` clients, each sending its next request when the last returns.
 
     ``url``: one, or one per replica (direct ingress gives each replica a port of its own): the
@@ -340,8 +430,12 @@ async def drive(url: str | list[str], requests: list[tuple[bytes, dict]], labels
     limits = httpx.Limits(max_connections=concurrency)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
         urls = [url] if isinstance(url, str) else url
-        await asyncio.gather(*(client.post(urls[i % len(urls)], content=requests[i][0],
-                                           headers=requests[i][1] | closing) for i in range(concurrency)))
+        await asyncio.gather(
+            *(
+                client.post(urls[i % len(urls)], content=requests[i][0], headers=requests[i][1] | closing)
+                for i in range(concurrency)
+            )
+        )
         deadline = time.perf_counter() + seconds
 
         async def worker(offset: int):
@@ -350,12 +444,19 @@ async def drive(url: str | list[str], requests: list[tuple[bytes, dict]], labels
             while time.perf_counter() < deadline:
                 start = time.perf_counter()
                 body, headers = requests[index % len(requests)]
-                response = await client.post(urls[offset % len(urls)], content=body, headers=headers | closing)
+                response = await client.post(
+                    urls[offset % len(urls)], content=body, headers=headers | closing
+                )
                 latencies.append(time.perf_counter() - start)
                 timing = parse_server_timing(response.headers.get(SERVER_TIMING, ""))
                 if {"ingress", "model"} <= set(timing):  # our ingress says where its time went
-                    hops.append((1e3 * latencies[-1] - timing["ingress"], timing["ingress"] - timing["model"],
-                                 timing["model"]))
+                    hops.append(
+                        (
+                            1e3 * latencies[-1] - timing["ingress"],
+                            timing["ingress"] - timing["model"],
+                            timing["model"],
+                        )
+                    )
                 if response.status_code != 200:
                     failures += 1
                 else:
@@ -368,10 +469,16 @@ async def drive(url: str | list[str], requests: list[tuple[bytes, dict]], labels
         elapsed = time.perf_counter() - start
     done = len(latencies) - failures
     proxy, ingress, model = np.median(hops, axis=0) if hops else (math.nan,) * 3
-    return {"throughput": done * BATCH / elapsed, "p50": 1e3 * np.percentile(latencies, 50),
-            "p99": 1e3 * np.percentile(latencies, 99), "failures": failures,
-            "accuracy": sum(correct.values()) / max(len(correct) * BATCH, 1),
-            "proxy_ms": proxy, "ingress_ms": ingress, "model_ms": model}
+    return {
+        "throughput": done * BATCH / elapsed,
+        "p50": 1e3 * np.percentile(latencies, 50),
+        "p99": 1e3 * np.percentile(latencies, 99),
+        "failures": failures,
+        "accuracy": sum(correct.values()) / max(len(correct) * BATCH, 1),
+        "proxy_ms": proxy,
+        "ingress_ms": ingress,
+        "model_ms": model,
+    }
 
 
 def main() -> int:
@@ -386,18 +493,25 @@ def main() -> int:
     calibration, held_out = order[:2000], order[2000:]
     paths = trained(data)
     costs = {role: cost_ms(paths[role], data["x_test"]) for role in ("student", "teacher")}
-    thresholds = calibrated_thresholds(exit_probs(paths, data["x_test"][calibration]), data["y_test"][calibration])
+    thresholds = calibrated_thresholds(
+        exit_probs(paths, data["x_test"][calibration]), data["y_test"][calibration]
+    )
     x, y = data["x_test"][held_out], data["y_test"][held_out]
-    print(f"forward pass of {BATCH} on {THREADS} thread: student {costs['student']:.1f} ms, teacher "
-          f"{costs['teacher']:.1f} ms; calibrated thresholds: cascade {thresholds['cascade']:.3f}, early exit "
-          f"{thresholds['early exit']:.3f}; {os.cpu_count()} cores")
-    print(f"model CPU, {THREADS} torch thread per process: teacher-only Serve {MODEL_PROCESSES} teacher replicas "
-          "and an ingress; cascade 1 ingress running the student + 1 teacher replica; cascade, 2 deployments: "
-          f"1 student + 1 teacher replica and an ingress; early exit {MODEL_PROCESSES} replicas, each its own "
-          f"ingress; uvicorn {MODEL_PROCESSES} workers; bare stage-0 Serve 1 replica (every Serve app also has "
-          "Serve's HTTP proxy)", flush=True)
+    print(
+        f"forward pass of {BATCH} on {THREADS} thread: student {costs['student']:.1f} ms, teacher "
+        f"{costs['teacher']:.1f} ms; calibrated thresholds: cascade {thresholds['cascade']:.3f}, early exit "
+        f"{thresholds['early exit']:.3f}; {os.cpu_count()} cores"
+    )
+    print(
+        f"model CPU, {THREADS} torch thread per process: teacher-only Serve {MODEL_PROCESSES} teacher replicas "
+        "and an ingress; cascade 1 ingress running the student + 1 teacher replica; cascade, 2 deployments: "
+        f"1 student + 1 teacher replica and an ingress; early exit {MODEL_PROCESSES} replicas, each its own "
+        f"ingress; uvicorn {MODEL_PROCESSES} workers; bare stage-0 Serve 1 replica (every Serve app also has "
+        "Serve's HTTP proxy)",
+        flush=True,
+    )
     print_exit_curves(exit_probs(paths, x), y)
-    labels = [y[i:i + BATCH] for i in range(0, len(x) - BATCH + 1, BATCH)]
+    labels = [y[i : i + BATCH] for i in range(0, len(x) - BATCH + 1, BATCH)]
     results: dict[str, list[dict]] = {}
     os.environ.update(SERVE_ENV)
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
@@ -409,19 +523,29 @@ def main() -> int:
         direct = direct_ingress_urls(_get_global_client().get_serve_details())
         cascade, split = f"{direct['cascade'][0]}/v2/models/cascade/infer", "cascade-2-deployments"
         early = [f"{url}/v2/models/early-exit/infer" for url in direct["early-exit"]]  # a port per replica
-        with plain_server(paths["teacher"], "teacher") as uvicorn_teacher, \
-                plain_server(paths["student"], "student") as uvicorn_student:
+        with (
+            plain_server(paths["teacher"], "teacher") as uvicorn_teacher,
+            plain_server(paths["student"], "student") as uvicorn_student,
+        ):
             c, one = args.concurrency, 1
             runs = {  # name: (url, requests, clients)
                 "teacher-only Serve": (f"{base}/teacher-only/v2/models/teacher/infer", bodies(x), c),
                 "cascade via proxy": (f"{base}/cascade/v2/models/cascade/infer", bodies(x), c),
                 "cascade, direct": (cascade, bodies(x), c),
-                "cascade, 2 deployments, direct": (f"{direct[split][0]}/v2/models/cascade/infer", bodies(x), c),
+                "cascade, 2 deployments, direct": (
+                    f"{direct[split][0]}/v2/models/cascade/infer",
+                    bodies(x),
+                    c,
+                ),
                 "early exit, direct": (early, bodies(x), c),
                 "uvicorn teacher": (uvicorn_teacher, bodies(x), c),
                 "cascade, direct, binary": (cascade, binary_bodies(x), c),
                 "uvicorn, binary tensors": (uvicorn_teacher, binary_bodies(x), c),
-                "stage 0 via proxy": (f"{base}/cascade/v2/models/cascade/infer", bodies(x, min_confidence=0.0), one),
+                "stage 0 via proxy": (
+                    f"{base}/cascade/v2/models/cascade/infer",
+                    bodies(x, min_confidence=0.0),
+                    one,
+                ),
                 "stage 0, direct": (cascade, bodies(x, min_confidence=0.0), one),
                 "bare stage-0 Serve": (f"{base}/bare/v2/models/student/infer", bodies(x), one),
                 "uvicorn stage 0": (uvicorn_student, bodies(x), one),
@@ -430,8 +554,11 @@ def main() -> int:
                 for name, (url, requests, clients) in runs.items():
                     result = asyncio.run(drive(url, requests, labels, clients, args.seconds))
                     results.setdefault(name, []).append(result | {"clients": clients})
-                    print(f"  round {round_index + 1} {name:30s} c={clients}: {result['throughput']:7,.0f} inputs/s, "
-                          f"p50 {result['p50']:6.1f} ms", flush=True)
+                    print(
+                        f"  round {round_index + 1} {name:30s} c={clients}: {result['throughput']:7,.0f} inputs/s, "
+                        f"p50 {result['p50']:6.1f} ms",
+                        flush=True,
+                    )
     finally:
         ray.shutdown()  # the local cluster and Serve with it
     return report(results, args)
@@ -440,11 +567,15 @@ def main() -> int:
 def report(results: dict[str, list[dict]], args) -> int:
     med = {name: {k: float(np.median([r[k] for r in rs])) for k in rs[0]} for name, rs in results.items()}
     print(f"\nrequests of {BATCH} inputs, {args.seconds:g} s x {args.rounds} rounds (medians)")
-    print(f"{'configuration':30s} {'clients':>7s} {'inputs/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'accuracy':>9s} "
-          f"{'failed':>7s}")
+    print(
+        f"{'configuration':30s} {'clients':>7s} {'inputs/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'accuracy':>9s} "
+        f"{'failed':>7s}"
+    )
     for name, m in med.items():
-        print(f"{name:30s} {int(m['clients']):7d} {m['throughput']:9,.0f} {m['p50']:8.1f} {m['p99']:8.1f} "
-              f"{m['accuracy']:9.4f} {int(m['failures']):7d}")
+        print(
+            f"{name:30s} {int(m['clients']):7d} {m['throughput']:9,.0f} {m['p50']:8.1f} {m['p99']:8.1f} "
+            f"{m['accuracy']:9.4f} {int(m['failures']):7d}"
+        )
     print()
 
     def ratio(key: str, ours: str, theirs: str, bar: float, at_least: bool) -> tuple:
@@ -457,17 +588,32 @@ def report(results: dict[str, list[dict]], args) -> int:
     failed = sum(int(r["failures"]) for rs in results.values() for r in rs)
     c = args.concurrency
     rows = [
-        (f"cascade, direct / uvicorn teacher, c={c}",
-         *ratio("throughput", "cascade, direct", "uvicorn teacher", 2.0, True)),
-        (f"cascade, direct / uvicorn teacher, binary tensors, c={c}",
-         *ratio("throughput", "cascade, direct, binary", "uvicorn, binary tensors", 2.0, True)),
-        ("stage 0, direct / uvicorn stage 0, p50 c=1", *ratio("p50", "stage 0, direct", "uvicorn stage 0", 2.0, False)),
-        (f"cascade via proxy / teacher-only Serve, c={c}",
-         *ratio("throughput", "cascade via proxy", "teacher-only Serve", 1.5, True)),
-        ("stage 0 via proxy / bare stage-0 Serve, p50 c=1",
-         *ratio("p50", "stage 0 via proxy", "bare stage-0 Serve", 1.3, False)),
-        ("accuracy, cascade vs teacher (held out)", f"{cascade:.4f} vs {teacher:.4f} ({cascade - teacher:+.4f})",
-         ">= teacher - 0.005", cascade >= teacher - 0.005),
+        (
+            f"cascade, direct / uvicorn teacher, c={c}",
+            *ratio("throughput", "cascade, direct", "uvicorn teacher", 2.0, True),
+        ),
+        (
+            f"cascade, direct / uvicorn teacher, binary tensors, c={c}",
+            *ratio("throughput", "cascade, direct, binary", "uvicorn, binary tensors", 2.0, True),
+        ),
+        (
+            "stage 0, direct / uvicorn stage 0, p50 c=1",
+            *ratio("p50", "stage 0, direct", "uvicorn stage 0", 2.0, False),
+        ),
+        (
+            f"cascade via proxy / teacher-only Serve, c={c}",
+            *ratio("throughput", "cascade via proxy", "teacher-only Serve", 1.5, True),
+        ),
+        (
+            "stage 0 via proxy / bare stage-0 Serve, p50 c=1",
+            *ratio("p50", "stage 0 via proxy", "bare stage-0 Serve", 1.3, False),
+        ),
+        (
+            "accuracy, cascade vs teacher (held out)",
+            f"{cascade:.4f} vs {teacher:.4f} ({cascade - teacher:+.4f})",
+            ">= teacher - 0.005",
+            cascade >= teacher - 0.005,
+        ),
         ("failed requests, every run", str(failed), "0", failed == 0),
     ]
     # Reported without a bar: what the proxy's hop and the split into deployments cost.
@@ -475,19 +621,25 @@ def report(results: dict[str, list[dict]], args) -> int:
         shown = ratio("throughput", ours, "uvicorn teacher", 0, True)[0]
         print(f"{ours} / uvicorn teacher, c={c}: {shown}, no bar")
     shown = ratio("throughput", "early exit, direct", "cascade, direct", 0, True)[0]
-    print(f"early exit, direct / cascade, direct, c={c}: {shown}, accuracy "
-          f"{med['early exit, direct']['accuracy']:.4f} against {cascade:.4f}, no bar")
+    print(
+        f"early exit, direct / cascade, direct, c={c}: {shown}, accuracy "
+        f"{med['early exit, direct']['accuracy']:.4f} against {cascade:.4f}, no bar"
+    )
     shown = ratio("p50", "stage 0 via proxy", "uvicorn stage 0", 0, False)[0]
     print(f"stage 0 via proxy / uvicorn stage 0, p50 c=1: {shown}, no bar\n")
     # Where a request's time goes on Serve, from the ingress's Server-Timing header (medians per request):
     # the first hop (the HTTP server, the network and the proxy if any) is what the client waited
     # beyond the ingress's handler.
-    print("time per hop, 1 client (ms): HTTP server + network (+ proxy), ingress (parse, route, render), "
-          "model (its call)")
+    print(
+        "time per hop, 1 client (ms): HTTP server + network (+ proxy), ingress (parse, route, render), "
+        "model (its call)"
+    )
     for name, m in med.items():
         if m["clients"] == 1 and not math.isnan(m["ingress_ms"]):
-            print(f"  {name:30s} {m['proxy_ms']:6.2f} {m['ingress_ms']:6.2f} {m['model_ms']:6.2f}   "
-                  f"of p50 {m['p50']:.2f}")
+            print(
+                f"  {name:30s} {m['proxy_ms']:6.2f} {m['ingress_ms']:6.2f} {m['model_ms']:6.2f}   "
+                f"of p50 {m['p50']:.2f}"
+            )
     print()
     return print_bars(rows, "comparison")
 

@@ -46,19 +46,34 @@ from scaleforge.train.preflight import check_runnable  # noqa: E402
 
 
 def train(tmp: Path, name: str, config: str, *overrides: str):
-    cfg = load_config(TrainJobConfig, ROOT / "configs" / config,
-                      [*overrides, f"artifact.dir={tmp / name}", f"run.storage_path={tmp / 'runs'}"], check_runnable)
+    cfg = load_config(
+        TrainJobConfig,
+        ROOT / "configs" / config,
+        [*overrides, f"artifact.dir={tmp / name}", f"run.storage_path={tmp / 'runs'}"],
+        check_runnable,
+    )
     return run_training(cfg)
 
 
-PS_FAULTS = {"sync": (), "async": ("fault.kill_worker_at_step=100",),
-             "ssp": ("server.checkpoint_every=50", "fault.kill_shard_at_update=130")}
+PS_FAULTS = {
+    "sync": (),
+    "async": ("fault.kill_worker_at_step=100",),
+    "ssp": ("server.checkpoint_every=50", "fault.kill_shard_at_update=130"),
+}
 
 
 def parameter_server(tmp: Path, mode: str, *overrides: str):
-    cfg = load_config(AsyncSGDConfig, ROOT / "configs/async_sgd.yaml",
-                      [f"server.mode={mode}", *overrides, f"run.output_dir={tmp / 'ps'}",
-                       f"artifact.dir={tmp / f'ps-{mode}'}"], ps_check_runnable)
+    cfg = load_config(
+        AsyncSGDConfig,
+        ROOT / "configs/async_sgd.yaml",
+        [
+            f"server.mode={mode}",
+            *overrides,
+            f"run.output_dir={tmp / 'ps'}",
+            f"artifact.dir={tmp / f'ps-{mode}'}",
+        ],
+        ps_check_runnable,
+    )
     return run_async_sgd(cfg)
 
 
@@ -68,13 +83,44 @@ def submitted_tp(tmp: Path) -> tuple[float, float]:
         env = head.env()
         env.pop("RAY_ADDRESS")
         sid = f"bench-tp-{secrets.token_hex(3)}"
-        subprocess.run([RAY, "job", "submit", "--address", head.dashboard_url, "--submission-id", sid,
-                        "--working-dir", ".", "--runtime-env-json", '{"py_modules": ["platform/scaleforge"]}', "--",
-                        sys.executable, "-m", "jobs.train", "--config", "configs/train_tp.yaml",
-                        "--set", f"artifact.dir={tmp / 'tp'}", "--set", f"run.storage_path={tmp / 'tp-runs'}"],
-                       cwd=ROOT, env=env, stdout=sys.stderr, stderr=sys.stderr, timeout=1200)
-        status = subprocess.run([RAY, "job", "status", "--address", head.dashboard_url, sid], cwd=ROOT, env=env,
-                                capture_output=True, text=True, timeout=120).stdout
+        subprocess.run(
+            [
+                RAY,
+                "job",
+                "submit",
+                "--address",
+                head.dashboard_url,
+                "--submission-id",
+                sid,
+                "--working-dir",
+                ".",
+                "--runtime-env-json",
+                '{"py_modules": ["platform/scaleforge"]}',
+                "--",
+                sys.executable,
+                "-m",
+                "jobs.train",
+                "--config",
+                "configs/train_tp.yaml",
+                "--set",
+                f"artifact.dir={tmp / 'tp'}",
+                "--set",
+                f"run.storage_path={tmp / 'tp-runs'}",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=sys.stderr,
+            stderr=sys.stderr,
+            timeout=1200,
+        )
+        status = subprocess.run(
+            [RAY, "job", "status", "--address", head.dashboard_url, sid],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
     if "succeeded" not in re.sub(r"\x1b\[[0-9;]*m", "", status):
         return float("nan"), float("nan")
     artifact = load_artifact(tmp / "tp")
@@ -87,38 +133,79 @@ def submitted_tp(tmp: Path) -> tuple[float, float]:
 def main() -> int:
     rows = []
     # The jobs' own progress goes to stderr; the table alone to stdout (make bench keeps it).
-    with tempfile.TemporaryDirectory(prefix="scaleforge-bench-training-") as folder, redirect_stdout(sys.stderr):
+    with (
+        tempfile.TemporaryDirectory(prefix="scaleforge-bench-training-") as folder,
+        redirect_stdout(sys.stderr),
+    ):
         tmp = Path(folder)
         tp_accuracy, tp_reported = submitted_tp(tmp)  # before this process starts a Ray of its own
         ensure_ray(min_cpus=4)
         teacher = train(tmp, "teacher", "train_teacher.yaml")
-        rows.append(("train_teacher.yaml", f"accuracy {teacher.metrics['test_accuracy']:.4f}, "
-                     f"{teacher.num_parameters:,} weights, {teacher.wall_s:.0f} s", ">= 0.96, >= 250k, < 300 s",
-                     teacher.metrics["test_accuracy"] >= 0.96 and teacher.num_parameters >= 250_000
-                     and teacher.wall_s < 300))
+        rows.append(
+            (
+                "train_teacher.yaml",
+                f"accuracy {teacher.metrics['test_accuracy']:.4f}, "
+                f"{teacher.num_parameters:,} weights, {teacher.wall_s:.0f} s",
+                ">= 0.96, >= 250k, < 300 s",
+                teacher.metrics["test_accuracy"] >= 0.96
+                and teacher.num_parameters >= 250_000
+                and teacher.wall_s < 300,
+            )
+        )
         dp = train(tmp, "dp", "train_dp.yaml", "fault.kill_worker_at_epoch=4")
-        rows.append(("train_dp.yaml, a worker killed in epoch 4", f"accuracy {dp.metrics['test_accuracy']:.4f}, "
-                     f"resumed from epoch {dp.metrics['resumed_from_epoch']}, {dp.wall_s:.0f} s",
-                     ">= 0.95, resumed from 3, < 180 s", dp.metrics["test_accuracy"] >= 0.95
-                     and dp.metrics["resumed_from_epoch"] == 3 and dp.wall_s < 180))
-        moe = {gate: train(tmp, f"moe-{gate}", "train_moe.yaml", f"model.gate={gate}")
-               for gate in ("topk", "noisy_topk", "gumbel")}
+        rows.append(
+            (
+                "train_dp.yaml, a worker killed in epoch 4",
+                f"accuracy {dp.metrics['test_accuracy']:.4f}, "
+                f"resumed from epoch {dp.metrics['resumed_from_epoch']}, {dp.wall_s:.0f} s",
+                ">= 0.95, resumed from 3, < 180 s",
+                dp.metrics["test_accuracy"] >= 0.95
+                and dp.metrics["resumed_from_epoch"] == 3
+                and dp.wall_s < 180,
+            )
+        )
+        moe = {
+            gate: train(tmp, f"moe-{gate}", "train_moe.yaml", f"model.gate={gate}")
+            for gate in ("topk", "noisy_topk", "gumbel")
+        }
         for gate, result in moe.items():
-            rows.append((f"train_moe.yaml, gate {gate}", f"accuracy {result.metrics['test_accuracy']:.4f}, "
-                         f"expert load cv {result.metrics['expert_load_cv']:.3f}", ">= 0.92",
-                         result.metrics["test_accuracy"] >= 0.92))
+            rows.append(
+                (
+                    f"train_moe.yaml, gate {gate}",
+                    f"accuracy {result.metrics['test_accuracy']:.4f}, "
+                    f"expert load cv {result.metrics['expert_load_cv']:.3f}",
+                    ">= 0.92",
+                    result.metrics["test_accuracy"] >= 0.92,
+                )
+            )
         plain = train(tmp, "moe-no-aux", "train_moe.yaml", "model.aux_loss_weight=0")
         for mode, fault in PS_FAULTS.items():
             ps = parameter_server(tmp, mode, *fault)
-            rows.append((f"async_sgd.yaml, {mode}" + (f", {fault[-1].split('.')[1]}" if fault else ""),
-                         f"accuracy {ps.test_accuracy:.4f}, {ps.updates} updates, {len(ps.events)} events",
-                         ">= 0.92", ps.test_accuracy >= 0.92 and len(ps.events) == len(fault[-1:])))
+            rows.append(
+                (
+                    f"async_sgd.yaml, {mode}" + (f", {fault[-1].split('.')[1]}" if fault else ""),
+                    f"accuracy {ps.test_accuracy:.4f}, {ps.updates} updates, {len(ps.events)} events",
+                    ">= 0.92",
+                    ps.test_accuracy >= 0.92 and len(ps.events) == len(fault[-1:]),
+                )
+            )
         balanced = moe["topk"].metrics["expert_load_cv"]
-        rows.append(("train_moe.yaml, balancing loss on / off", f"expert load cv {balanced:.3f} / "
-                     f"{plain.metrics['expert_load_cv']:.3f}", "on <= 0.3, off higher",
-                     balanced <= 0.3 and plain.metrics["expert_load_cv"] > balanced))
-    rows.append(("train_tp.yaml (tp=2) via ray job submit", f"accuracy {tp_accuracy:.4f} (job reported "
-                 f"{tp_reported:.4f})", ">= 0.92, equal", tp_accuracy >= 0.92 and abs(tp_accuracy - tp_reported) < 2e-3))
+        rows.append(
+            (
+                "train_moe.yaml, balancing loss on / off",
+                f"expert load cv {balanced:.3f} / {plain.metrics['expert_load_cv']:.3f}",
+                "on <= 0.3, off higher",
+                balanced <= 0.3 and plain.metrics["expert_load_cv"] > balanced,
+            )
+        )
+    rows.append(
+        (
+            "train_tp.yaml (tp=2) via ray job submit",
+            f"accuracy {tp_accuracy:.4f} (job reported {tp_reported:.4f})",
+            ">= 0.92, equal",
+            tp_accuracy >= 0.92 and abs(tp_accuracy - tp_reported) < 2e-3,
+        )
+    )
     return print_bars(rows, "config")
 
 

@@ -1,6 +1,6 @@
 """Calibrate a cascade's thresholds on validation data and write them into the Serve config.
 
-    python -m jobs.calibrate --config configs/calibrate.yaml [--set max_accuracy_loss=0.005 ...]
+python -m jobs.calibrate --config configs/calibrate.yaml [--set max_accuracy_loss=0.005 ...]
 """
 
 import sys
@@ -10,8 +10,13 @@ from scaleforge.config import CalibrateConfig, run_job
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_job(CalibrateConfig, "scaleforge.routing.calibration:calibrate_cascade", argv, prog="jobs.calibrate",
-                   preflight="scaleforge.routing.calibration:check_runnable")
+    return run_job(
+        CalibrateConfig,
+        "scaleforge.routing.calibration:calibrate_cascade",
+        argv,
+        prog="jobs.calibrate",
+        preflight="scaleforge.routing.calibration:check_runnable",
+    )
 
 
 if __name__ == "__main__":

@@ -12,8 +12,13 @@ from scaleforge.config import CompressJobConfig, run_job
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_job(CompressJobConfig, "scaleforge.compress.run:run_compression", argv, prog="jobs.compress",
-                   preflight="scaleforge.compress.preflight:check_runnable")
+    return run_job(
+        CompressJobConfig,
+        "scaleforge.compress.run:run_compression",
+        argv,
+        prog="jobs.compress",
+        preflight="scaleforge.compress.preflight:check_runnable",
+    )
 
 
 if __name__ == "__main__":

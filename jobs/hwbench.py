@@ -1,6 +1,6 @@
 """Measure every node's CPU and GPUs: matmul throughput (fp32, bf16, int8 where supported), memory bandwidth.
 
-    python -m jobs.hwbench --config configs/hwbench.yaml
+python -m jobs.hwbench --config configs/hwbench.yaml
 """
 
 import sys

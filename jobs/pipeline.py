@@ -33,13 +33,16 @@ class PipelineResult:
 
     def summary(self) -> str:
         if self.report is None:
-            return (f"stopped after {self.stopped_after}; continue with "
-                    f"--from {STAGES[STAGES.index(self.stopped_after) + 1]}")
+            return (
+                f"stopped after {self.stopped_after}; continue with "
+                f"--from {STAGES[STAGES.index(self.stopped_after) + 1]}"
+            )
         return f"{final_table(self.records)}\nreport: {self.report}"
 
 
-def run_pipeline(cfg: PipelineConfig, redo_from: Optional[Stage] = None,
-                 stop_after: Optional[Stage] = None) -> PipelineResult:
+def run_pipeline(
+    cfg: PipelineConfig, redo_from: Optional[Stage] = None, stop_after: Optional[Stage] = None
+) -> PipelineResult:
     # Reads the records it reuses: a stale one fails here, before Ray.
     pipeline = Pipeline(cfg, redo_from, stop_after=stop_after)
     # Logical CPUs for the Serve stage's many small deployments next to the training stages' workers.
@@ -52,14 +55,22 @@ def run_pipeline(cfg: PipelineConfig, redo_from: Optional[Stage] = None,
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     # --from is this job's own option; --config and --set go on to the shared job parser.
-    parser = argparse.ArgumentParser(prog="python -m jobs.pipeline", add_help=False, allow_abbrev=False,
-                                     exit_on_error=False)
-    parser.add_argument("--from", dest="redo_from", choices=STAGES, help="redo this stage and every later one")
+    parser = argparse.ArgumentParser(
+        prog="python -m jobs.pipeline", add_help=False, allow_abbrev=False, exit_on_error=False
+    )
+    parser.add_argument(
+        "--from", dest="redo_from", choices=STAGES, help="redo this stage and every later one"
+    )
     parser.add_argument("--to", dest="stop_after", choices=STAGES, help="stop after this stage")
     try:
         known, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-        return run_job(PipelineConfig, lambda cfg: run_pipeline(cfg, known.redo_from, known.stop_after), rest,
-                       prog="jobs.pipeline", preflight=check_runnable)
+        return run_job(
+            PipelineConfig,
+            lambda cfg: run_pipeline(cfg, known.redo_from, known.stop_after),
+            rest,
+            prog="jobs.pipeline",
+            preflight=check_runnable,
+        )
     except (argparse.ArgumentError, RecordError, StageOrderError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -14,8 +14,13 @@ from scaleforge.config import ServeConfig, run_job
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_job(ServeConfig, "scaleforge.deploy:serve_until_interrupted", argv, prog="jobs.serve",
-                   preflight="scaleforge.deploy:check_applications")
+    return run_job(
+        ServeConfig,
+        "scaleforge.deploy:serve_until_interrupted",
+        argv,
+        prog="jobs.serve",
+        preflight="scaleforge.deploy:check_applications",
+    )
 
 
 if __name__ == "__main__":

@@ -21,10 +21,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--plan" in args:
         args.remove("--plan")
-        return run_job(TrainJobConfig, "scaleforge.train.plan:plan_verdict", args, prog="jobs.train",
-                       preflight="scaleforge.train.plan:print_plan")
-    return run_job(TrainJobConfig, "scaleforge.train:run_training", args, prog="jobs.train",
-                   preflight="scaleforge.train.preflight:check_runnable")
+        return run_job(
+            TrainJobConfig,
+            "scaleforge.train.plan:plan_verdict",
+            args,
+            prog="jobs.train",
+            preflight="scaleforge.train.plan:print_plan",
+        )
+    return run_job(
+        TrainJobConfig,
+        "scaleforge.train:run_training",
+        args,
+        prog="jobs.train",
+        preflight="scaleforge.train.preflight:check_runnable",
+    )
 
 
 if __name__ == "__main__":

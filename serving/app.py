@@ -27,6 +27,9 @@ def build_app(args: ServeArgs) -> Application:
     """
     args = ServeArgs.model_validate(args)
     infos = model_infos(args)
-    handles = {m.name: ModelServer.options(name=m.deployment_name, **m.options()).bind(m)
-               for m in args.models if not m.in_ingress}
+    handles = {
+        m.name: ModelServer.options(name=m.deployment_name, **m.options()).bind(m)
+        for m in args.models
+        if not m.in_ingress
+    }
     return V2Ingress.options(name="ingress", **args.ingress.options()).bind(args, handles, infos)

@@ -46,15 +46,21 @@ def split_inputs(sizes: list[Optional[object]], names: list[str], blob: bytes) -
             chunks.append(None)
             continue
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise ValueError(f"input '{name}': parameters.binary_data_size must be a byte count, got {size!r}")
+            raise ValueError(
+                f"input '{name}': parameters.binary_data_size must be a byte count, got {size!r}"
+            )
         if offset + size > len(blob):
-            raise ValueError(f"input '{name}': binary_data_size {size} runs past the {len(blob)} bytes "
-                             "after the JSON header")
-        chunks.append(blob[offset:offset + size])
+            raise ValueError(
+                f"input '{name}': binary_data_size {size} runs past the {len(blob)} bytes "
+                "after the JSON header"
+            )
+        chunks.append(blob[offset : offset + size])
         offset += size
     if offset != len(blob):
-        raise ValueError(f"{len(blob) - offset} byte(s) after the JSON header belong to no input "
-                         "(the binary_data_size of the inputs add up to less)")
+        raise ValueError(
+            f"{len(blob) - offset} byte(s) after the JSON header belong to no input "
+            "(the binary_data_size of the inputs add up to less)"
+        )
     return chunks
 
 
@@ -62,8 +68,10 @@ def decode(chunk: bytes, datatype: str, count: int, name: str) -> np.ndarray:
     """``count`` values of ``datatype`` from one input's bytes (a flat, read-only view)."""
     expected = count * DTYPES[datatype].itemsize
     if len(chunk) != expected:
-        raise ValueError(f"input '{name}': {len(chunk)} bytes of binary data, but its shape needs "
-                         f"{count} {datatype} values ({expected} bytes)")
+        raise ValueError(
+            f"input '{name}': {len(chunk)} bytes of binary data, but its shape needs "
+            f"{count} {datatype} values ({expected} bytes)"
+        )
     return np.frombuffer(chunk, dtype=DTYPES[datatype])
 
 

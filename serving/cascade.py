@@ -22,7 +22,9 @@ from serving.protocol import ProtocolError
 class CascadeRouter:
     """Sends each input through the stages until one is confident enough."""
 
-    def __init__(self, entry: CascadeEntry, stages: "list[CoalescingClient | InIngressModel]", metrics: RoutingMetrics):
+    def __init__(
+        self, entry: CascadeEntry, stages: "list[CoalescingClient | InIngressModel]", metrics: RoutingMetrics
+    ):
         self.entry, self.stages, self.metrics = entry, stages, metrics
 
     def thresholds(self, parameters: dict[str, Any]) -> list[float]:
@@ -36,11 +38,15 @@ class CascadeRouter:
         last = len(self.stages) - 1
         cap = parameters.get("max_stage", last)
         if not 0 <= cap <= last:
-            raise ProtocolError(400, f"parameters.max_stage must lie in [0, {last}] for cascade "
-                                     f"'{self.entry.name}', got {cap}")
+            raise ProtocolError(
+                400,
+                f"parameters.max_stage must lie in [0, {last}] for cascade '{self.entry.name}', got {cap}",
+            )
         return cap
 
-    async def infer(self, x: np.ndarray, parameters: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    async def infer(
+        self, x: np.ndarray, parameters: dict[str, Any]
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Probabilities, the answering stage and its confidence for every input of one request."""
         thresholds, last = self.thresholds(parameters), self.last_stage(parameters)
         probs = np.zeros((len(x), 0), dtype=np.float32)
@@ -50,8 +56,11 @@ class CascadeRouter:
             stage_probs = await self._run_stage(index, x[pending])
             if probs.shape[1] == 0:
                 probs = np.zeros((len(x), stage_probs.shape[1]), dtype=np.float32)
-            handed_on = (escalate(torch.from_numpy(stage_probs), thresholds[index], self.entry.measure).numpy()
-                         if index < last else np.zeros(len(pending), dtype=bool))
+            handed_on = (
+                escalate(torch.from_numpy(stage_probs), thresholds[index], self.entry.measure).numpy()
+                if index < last
+                else np.zeros(len(pending), dtype=bool)
+            )
             answered = pending[~handed_on]
             probs[answered], stage[answered] = stage_probs[~handed_on], index
             self.metrics.add(self.metrics.escalations, int(handed_on.sum()), **self._tags(index))

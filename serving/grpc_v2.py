@@ -19,11 +19,19 @@ from typing import Any, Optional
 
 import grpc
 import numpy as np
-from tritonclient.grpc import model_config_pb2, service_pb2 as pb, service_pb2_grpc
+from tritonclient.grpc import model_config_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2 as pb
 
 from serving import binary
-from serving.protocol import (InferRequest, ParsedRequest, ProtocolError, RequestInput, RequestOutput, check_input,
-                              parsed_request)
+from serving.protocol import (
+    InferRequest,
+    ParsedRequest,
+    ProtocolError,
+    RequestInput,
+    RequestOutput,
+    check_input,
+    parsed_request,
+)
 
 SERVICER = "serving.grpc_v2.add_servicer_to_server"
 """The import path that Serve's ``grpc_options.grpc_servicer_functions`` takes for this service (the
@@ -42,8 +50,13 @@ def add_servicer_to_server(servicer, server) -> None:
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
 
 
-STATUS = {400: grpc.StatusCode.INVALID_ARGUMENT, 401: grpc.StatusCode.UNAUTHENTICATED,
-          404: grpc.StatusCode.NOT_FOUND, 413: grpc.StatusCode.RESOURCE_EXHAUSTED, 503: grpc.StatusCode.UNAVAILABLE}
+STATUS = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    404: grpc.StatusCode.NOT_FOUND,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+}
 """The gRPC status of each HTTP status the protocol refuses a request with."""
 
 
@@ -72,22 +85,35 @@ def parse_model_infer(request: pb.ModelInferRequest, input_dim: int, max_batch_s
     Raises:
         ProtocolError: 400 with the reason (as over HTTP), or for raw contents that do not match the inputs.
     """
-    inputs = [RequestInput(name=t.name, shape=list(t.shape), datatype=t.datatype,
-                           data=list(t.contents.fp32_contents) if t.HasField("contents") else None)
-              for t in request.inputs]
+    inputs = [
+        RequestInput(
+            name=t.name,
+            shape=list(t.shape),
+            datatype=t.datatype,
+            data=list(t.contents.fp32_contents) if t.HasField("contents") else None,
+        )
+        for t in request.inputs
+    ]
     if not inputs:
         raise ProtocolError(400, "expected exactly 1 input tensor, got 0")
-    parsed = InferRequest(id=request.id or None, inputs=inputs,
-                          parameters={k: parameter_value(v) for k, v in request.parameters.items()},
-                          outputs=[RequestOutput(name=o.name) for o in request.outputs])
+    parsed = InferRequest(
+        id=request.id or None,
+        inputs=inputs,
+        parameters={k: parameter_value(v) for k, v in request.parameters.items()},
+        outputs=[RequestOutput(name=o.name) for o in request.outputs],
+    )
     tensor, batch = check_input(parsed, input_dim, max_batch_size)
     raw = list(request.raw_input_contents)
     if raw and len(raw) != len(inputs):
-        raise ProtocolError(400, f"{len(raw)} raw_input_contents for {len(inputs)} input(s); send one per input")
+        raise ProtocolError(
+            400, f"{len(raw)} raw_input_contents for {len(inputs)} input(s); send one per input"
+        )
     if raw and tensor.data is not None:
         raise ProtocolError(400, f"input '{tensor.name}': both contents and raw_input_contents; send one")
     if not raw and tensor.data is None:
-        raise ProtocolError(400, f"input '{tensor.name}': no data (contents.fp32_contents or raw_input_contents)")
+        raise ProtocolError(
+            400, f"input '{tensor.name}': no data (contents.fp32_contents or raw_input_contents)"
+        )
     return parsed_request(parsed, batch, input_dim, raw[0] if raw else None)
 
 
@@ -103,8 +129,9 @@ def _parameter(value: Any) -> pb.InferParameter:
 
 def model_infer_response(response: dict[str, Any]) -> pb.ModelInferResponse:
     """The infer response (as :func:`serving.protocol.infer_response` builds it) with raw output bytes."""
-    answer = pb.ModelInferResponse(model_name=response["model_name"], model_version=response["model_version"],
-                                   id=response.get("id", ""))
+    answer = pb.ModelInferResponse(
+        model_name=response["model_name"], model_version=response["model_version"], id=response.get("id", "")
+    )
     for key, value in response.get("parameters", {}).items():
         answer.parameters[key].CopyFrom(_parameter(value))
     for output in response["outputs"]:
@@ -116,6 +143,9 @@ def model_infer_response(response: dict[str, Any]) -> pb.ModelInferResponse:
 def model_metadata_response(metadata: dict[str, Any]) -> pb.ModelMetadataResponse:
     """``GET /v2/models/{name}``'s answer as a ``ModelMetadataResponse``."""
     return pb.ModelMetadataResponse(
-        name=metadata["name"], versions=metadata["versions"], platform=metadata["platform"],
+        name=metadata["name"],
+        versions=metadata["versions"],
+        platform=metadata["platform"],
         inputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in metadata["inputs"]],
-        outputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in metadata["outputs"]])
+        outputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in metadata["outputs"]],
+    )

@@ -31,8 +31,17 @@ from serving.cascade import CascadeRouter
 from serving.metrics import RoutingMetrics
 from serving.models import CoalescingClient, InIngressModel, logits_tensor, predict
 from serving.moe import MoERouter
-from serving.protocol import (SERVER_TIMING, InferRequest, ParsedRequest, ProtocolError, infer_response,
-                              model_metadata, parse_infer_request, render, server_timing)
+from serving.protocol import (
+    SERVER_TIMING,
+    InferRequest,
+    ParsedRequest,
+    ProtocolError,
+    infer_response,
+    model_metadata,
+    parse_infer_request,
+    render,
+    server_timing,
+)
 
 
 class PlainModel:
@@ -41,12 +50,15 @@ class PlainModel:
     def __init__(self, client: "CoalescingClient | InIngressModel"):
         self.client = client
 
-    async def infer(self, x: np.ndarray, parameters: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    async def infer(
+        self, x: np.ndarray, parameters: dict[str, Any]
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         probs = logits_tensor(await self.client.predict(x)).softmax(dim=-1).numpy()
         return {"class": probs.argmax(axis=1).astype(np.int64), "probabilities": probs}, {}
 
 
 Servable = Union[PlainModel, CascadeRouter, MoERouter]
+
 
 # Helpers come before the deployment class: Serve serialises the class when it is decorated,
 # capturing only the module globals that exist at that point.
@@ -54,7 +66,9 @@ async def _read_body(request: Request, limit: int) -> bytes:
     """The body, refusing (413) anything over ``limit`` bytes before reading it all."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ProtocolError(413, f"request body of {int(declared):,} bytes exceeds the limit of {limit:,} bytes")
+        raise ProtocolError(
+            413, f"request body of {int(declared):,} bytes exceeds the limit of {limit:,} bytes"
+        )
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -69,8 +83,10 @@ def _read_token(auth: AuthSpec) -> Optional[str]:
     if auth.token_env:
         token = os.environ.get(auth.token_env)
         if not token:
-            raise RuntimeError(f"auth.token_env: environment variable {auth.token_env} is not set in the replica "
-                               "(set it in the app's runtime_env.env_vars)")
+            raise RuntimeError(
+                f"auth.token_env: environment variable {auth.token_env} is not set in the replica "
+                "(set it in the app's runtime_env.env_vars)"
+            )
         return token
     if auth.token_file:
         path = Path(auth.token_file).expanduser()
@@ -83,8 +99,11 @@ def _read_token(auth: AuthSpec) -> Optional[str]:
     return None
 
 
-app = FastAPI(title="scaleforge inference", version=scaleforge.__version__,
-              description="Open Inference Protocol (KServe V2) over HTTP: plain models, cascades and MoE routers.")
+app = FastAPI(
+    title="scaleforge inference",
+    version=scaleforge.__version__,
+    description="Open Inference Protocol (KServe V2) over HTTP: plain models, cascades and MoE routers.",
+)
 
 
 # The infer route reads the raw body (to enforce the size limit before parsing), so its request
@@ -122,7 +141,9 @@ async def _protocol_error(request: Request, err: ProtocolError) -> JSONResponse:
 class V2Ingress:
     """Validates requests, checks the token, and hands each to its model, cascade or MoE router."""
 
-    async def __init__(self, args: ServeArgs, handles: dict[str, DeploymentHandle], infos: dict[str, ModelInfo]):
+    async def __init__(
+        self, args: ServeArgs, handles: dict[str, DeploymentHandle], infos: dict[str, ModelInfo]
+    ):
         self.args, self.infos = args, infos
         self.token = _read_token(args.auth)
         self.handles = handles
@@ -130,14 +151,23 @@ class V2Ingress:
         self.metrics = metrics
         # One coalescing client per model deployment, shared by everything in this replica that calls
         # it; the models that run in this replica are called in place.
-        clients = {name: CoalescingClient(handle, args.limits.max_batch_size) for name, handle in handles.items()}
+        clients = {
+            name: CoalescingClient(handle, args.limits.max_batch_size) for name, handle in handles.items()
+        }
         clients |= {m.name: InIngressModel(m) for m in args.models if m.in_ingress}
         self.servables: dict[str, Servable] = {m.name: PlainModel(clients[m.name]) for m in args.models}
         for cascade in args.cascades:
-            self.servables[cascade.name] = CascadeRouter(cascade, [clients[s.model] for s in cascade.stages], metrics)
+            self.servables[cascade.name] = CascadeRouter(
+                cascade, [clients[s.model] for s in cascade.stages], metrics
+            )
         for router in args.moe:
-            self.servables[router.name] = MoERouter(router, handles[router.gate], [handles[e] for e in router.experts],
-                                                    infos[router.experts[0]].num_classes, metrics)
+            self.servables[router.name] = MoERouter(
+                router,
+                handles[router.gate],
+                [handles[e] for e in router.experts],
+                infos[router.experts[0]].num_classes,
+                metrics,
+            )
         _document_served_names(sorted(infos))
         await self._first_calls()
 
@@ -150,8 +180,12 @@ class V2Ingress:
         the first MoE request after ``serving`` with 503, every expert down). The replica is not
         running until these return, so neither the app's RUNNING status nor a request waits on them.
         """
-        await asyncio.gather(*(predict(handle, np.zeros((1, self.infos[name].input_dim), np.float32))
-                               for name, handle in self.handles.items()))
+        await asyncio.gather(
+            *(
+                predict(handle, np.zeros((1, self.infos[name].input_dim), np.float32))
+                for name, handle in self.handles.items()
+            )
+        )
 
     @app.get("/v2")
     def server_metadata(self) -> dict:
@@ -180,11 +214,18 @@ class V2Ingress:
         return JSONResponse({"name": name, "ready": ready}, status_code=200 if ready else 503)
 
     async def _models_ready(self, name: str) -> bool:
-        return all(await asyncio.gather(*(self._deployment_ready(self.handles[m]) for m in self._models_of(name)
-                                          if m in self.handles)))  # the others run in this replica
+        return all(
+            await asyncio.gather(
+                *(self._deployment_ready(self.handles[m]) for m in self._models_of(name) if m in self.handles)
+            )
+        )  # the others run in this replica
 
-    @app.post("/v2/models/{name}/infer",
-              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": _INFER_SCHEMA}}}})
+    @app.post(
+        "/v2/models/{name}/infer",
+        openapi_extra={
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _INFER_SCHEMA}}}
+        },
+    )
     async def infer(self, name: str, request: Request) -> Response:
         status = "500"
         try:
@@ -195,20 +236,25 @@ class V2Ingress:
             status = str(err.status)
             raise
         finally:  # every answer counts, refusals too (an unknown name is counted as "unknown": bounded tags)
-            self.metrics.requests.inc(tags={"model": name if name in self.infos else "unknown", "status": status})
+            self.metrics.requests.inc(
+                tags={"model": name if name in self.infos else "unknown", "status": status}
+            )
 
     async def _infer(self, name: str, request: Request) -> Response:
         began = time.perf_counter()
         self._authorize(request.headers.get("authorization"))
         info = self._info(name)
         body = await _read_body(request, self.args.limits.max_body_bytes)
-        parsed = parse_infer_request(body, info.input_dim, self.args.limits.max_batch_size,
-                                     request.headers.get(binary.HEADER))
+        parsed = parse_infer_request(
+            body, info.input_dim, self.args.limits.max_batch_size, request.headers.get(binary.HEADER)
+        )
         called = time.perf_counter()
         answer = await self._answer(name, parsed)
         answered = time.perf_counter()
         response = render(answer, parsed)
-        response.headers[SERVER_TIMING] = server_timing(ingress=time.perf_counter() - began, model=answered - called)
+        response.headers[SERVER_TIMING] = server_timing(
+            ingress=time.perf_counter() - began, model=answered - called
+        )
         return response
 
     async def _answer(self, name: str, parsed: ParsedRequest) -> dict[str, Any]:
@@ -216,8 +262,9 @@ class V2Ingress:
         try:
             outputs, summary = await self.servables[name].infer(parsed.x, parsed.parameters)
         except (BackPressureError, RayActorError, ReplicaUnavailableError) as err:
-            raise ProtocolError(503, f"model '{name}' is overloaded or unavailable ({type(err).__name__}); "
-                                     "retry later") from None
+            raise ProtocolError(
+                503, f"model '{name}' is overloaded or unavailable ({type(err).__name__}); retry later"
+            ) from None
         return infer_response(name, parsed.id, outputs, parsed.outputs, summary)
 
     # --- gRPC: inference.GRPCInferenceService, the methods Serve's gRPC proxy calls by RPC name ---------
@@ -236,7 +283,9 @@ class V2Ingress:
             return grpc_v2.refuse(grpc_context, err, grpc_v2.pb.ModelInferResponse())
         finally:
             name = request.model_name
-            self.metrics.requests.inc(tags={"model": name if name in self.infos else "unknown", "status": status})
+            self.metrics.requests.inc(
+                tags={"model": name if name in self.infos else "unknown", "status": status}
+            )
 
     async def ModelMetadata(self, request, grpc_context):  # noqa: N802
         try:
@@ -244,8 +293,9 @@ class V2Ingress:
             info = self._info(request.name)
         except ProtocolError as err:
             return grpc_v2.refuse(grpc_context, err, grpc_v2.pb.ModelMetadataResponse())
-        return grpc_v2.model_metadata_response(model_metadata(request.name, info.kind, info.input_dim,
-                                                              info.num_classes, info.outputs))
+        return grpc_v2.model_metadata_response(
+            model_metadata(request.name, info.kind, info.input_dim, info.num_classes, info.outputs)
+        )
 
     async def ModelReady(self, request, grpc_context):  # noqa: N802
         try:

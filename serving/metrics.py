@@ -13,21 +13,38 @@ class RoutingMetrics:
     """Counters and histograms of one ingress replica; created inside the replica."""
 
     def __init__(self):
-        self.requests = metrics.Counter("scaleforge_requests", "Infer requests by model and HTTP status.",
-                                        tag_keys=("model", "status"))
-        self.stage_inputs = metrics.Counter("scaleforge_cascade_inputs", "Inputs that reached each cascade stage.",
-                                            tag_keys=("model", "stage"))
-        self.escalations = metrics.Counter("scaleforge_cascade_escalations",
-                                           "Inputs a cascade stage handed on to the next.", tag_keys=("model", "stage"))
-        self.stage_latency = metrics.Histogram("scaleforge_stage_latency_ms", "Latency of one cascade stage call.",
-                                               boundaries=_LATENCY_MS, tag_keys=("model", "stage"))
-        self.expert_inputs = metrics.Counter("scaleforge_expert_inputs", "Inputs each MoE expert computed.",
-                                             tag_keys=("model", "expert"))
-        self.fallbacks = metrics.Counter("scaleforge_expert_fallbacks",
-                                         "Inputs sent to a next-best expert because the preferred one was "
-                                         "saturated or down.", tag_keys=("model", "expert"))
-        self.expert_failures = metrics.Counter("scaleforge_expert_failures", "Expert calls that failed or timed out.",
-                                               tag_keys=("model", "expert"))
+        self.requests = metrics.Counter(
+            "scaleforge_requests", "Infer requests by model and HTTP status.", tag_keys=("model", "status")
+        )
+        self.stage_inputs = metrics.Counter(
+            "scaleforge_cascade_inputs",
+            "Inputs that reached each cascade stage.",
+            tag_keys=("model", "stage"),
+        )
+        self.escalations = metrics.Counter(
+            "scaleforge_cascade_escalations",
+            "Inputs a cascade stage handed on to the next.",
+            tag_keys=("model", "stage"),
+        )
+        self.stage_latency = metrics.Histogram(
+            "scaleforge_stage_latency_ms",
+            "Latency of one cascade stage call.",
+            boundaries=_LATENCY_MS,
+            tag_keys=("model", "stage"),
+        )
+        self.expert_inputs = metrics.Counter(
+            "scaleforge_expert_inputs", "Inputs each MoE expert computed.", tag_keys=("model", "expert")
+        )
+        self.fallbacks = metrics.Counter(
+            "scaleforge_expert_fallbacks",
+            "Inputs sent to a next-best expert because the preferred one was saturated or down.",
+            tag_keys=("model", "expert"),
+        )
+        self.expert_failures = metrics.Counter(
+            "scaleforge_expert_failures",
+            "Expert calls that failed or timed out.",
+            tag_keys=("model", "expert"),
+        )
 
     @staticmethod
     def add(counter: metrics.Counter, amount: int, **tags: str) -> None:

@@ -67,8 +67,12 @@ class CoalescingClient:
     def __init__(self, handle: DeploymentHandle, max_rows: int, in_flight: int = 4):
         logging.getLogger("ray.serve").addFilter(_RowBatchesAreNotRequests())
 
-        @serve.batch(max_batch_size=max_rows, batch_size_fn=lambda arrays: sum(len(x) for x in arrays),
-                     batch_wait_timeout_s=0.0, max_concurrent_batches=in_flight)
+        @serve.batch(
+            max_batch_size=max_rows,
+            batch_size_fn=lambda arrays: sum(len(x) for x in arrays),
+            batch_wait_timeout_s=0.0,
+            max_concurrent_batches=in_flight,
+        )
         async def merged(batches: list[np.ndarray]) -> list[np.ndarray]:
             return split_like(batches, await predict(handle, np.concatenate(batches)))
 
@@ -88,7 +92,9 @@ class Forward:
     def __call__(self, batches: list[np.ndarray]) -> list[np.ndarray]:
         """[rows, input_dim] float32 per request -> [rows, num_classes] float32 logits per request."""
         with torch.inference_mode():
-            logits = self.model.module(torch.from_numpy(np.concatenate(batches)).to(self.device)).cpu().numpy()
+            logits = (
+                self.model.module(torch.from_numpy(np.concatenate(batches)).to(self.device)).cpu().numpy()
+            )
         return split_like(batches, logits)
 
 
@@ -131,5 +137,8 @@ class ModelServer:
     def loaded_from(self) -> dict[str, str]:
         """Where this replica's model came from: the artifact, the local weights file it read (its
         node's cache for a URI) and its node."""
-        return {"artifact": self.forward.model.source, "weights": self.forward.model.weights,
-                "node_id": ray.get_runtime_context().get_node_id()}
+        return {
+            "artifact": self.forward.model.source,
+            "weights": self.forward.model.weights,
+            "node_id": ray.get_runtime_context().get_node_id(),
+        }

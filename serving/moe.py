@@ -24,8 +24,14 @@ from serving.protocol import ProtocolError
 class MoERouter:
     """Top-k routing over expert deployments with fallback to the next-best expert."""
 
-    def __init__(self, entry: MoEEntry, gate: DeploymentHandle, experts: list[DeploymentHandle],
-                 num_classes: int, metrics: RoutingMetrics):
+    def __init__(
+        self,
+        entry: MoEEntry,
+        gate: DeploymentHandle,
+        experts: list[DeploymentHandle],
+        num_classes: int,
+        metrics: RoutingMetrics,
+    ):
         self.entry, self.gate, self.experts = entry, gate, experts
         self.num_classes, self.metrics = num_classes, metrics
         self.ongoing = [0] * len(experts)
@@ -34,15 +40,24 @@ class MoERouter:
     def available(self) -> torch.Tensor:
         """[num_experts] bool: neither saturated nor recently failed."""
         now = time.monotonic()
-        return torch.tensor([self.ongoing[e] < self.entry.capacity and self.down_until[e] <= now
-                             for e in range(len(self.experts))])
+        return torch.tensor(
+            [
+                self.ongoing[e] < self.entry.capacity and self.down_until[e] <= now
+                for e in range(len(self.experts))
+            ]
+        )
 
-    async def infer(self, x: np.ndarray, parameters: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    async def infer(
+        self, x: np.ndarray, parameters: dict[str, Any]
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Combined probabilities for every input; with ``trace``, the experts used and the fallbacks."""
         k = parameters.get("top_k", self.entry.top_k)
         if not 1 <= k <= len(self.experts):
-            raise ProtocolError(400, f"parameters.top_k must lie in [1, {len(self.experts)}] for MoE router "
-                                     f"'{self.entry.name}', got {k}")
+            raise ProtocolError(
+                400,
+                f"parameters.top_k must lie in [1, {len(self.experts)}] for MoE router "
+                f"'{self.entry.name}', got {k}",
+            )
         gate_logits = logits_tensor(await predict(self.gate, x))
         expert_logits = torch.zeros(len(x), len(self.experts), self.num_classes)
         computed = torch.zeros(len(x), len(self.experts), dtype=torch.bool)
@@ -52,31 +67,39 @@ class MoERouter:
             try:
                 choice = choose_experts(gate_logits, k, self.available(), self.entry.combine)
             except NoExpertAvailable:
-                raise ProtocolError(503, f"MoE router '{self.entry.name}': every expert is saturated or down; "
-                                         "retry later") from None
+                raise ProtocolError(
+                    503, f"MoE router '{self.entry.name}': every expert is saturated or down; retry later"
+                ) from None
             if await self._compute(x, choice.experts, expert_logits, computed):
                 break
         if missing := uncomputed_experts(choice, computed):  # never combine zeros for an expert that failed
             names = ", ".join(self.entry.experts[e] for e in missing)
-            raise ProtocolError(503, f"MoE router '{self.entry.name}': expert(s) {names} failed on every attempt; "
-                                     "retry later")
+            raise ProtocolError(
+                503, f"MoE router '{self.entry.name}': expert(s) {names} failed on every attempt; retry later"
+            )
         probs = combine_outputs(expert_logits, choice).softmax(dim=-1).numpy()
         self._count_fallbacks(choice)
         outputs = {"class": probs.argmax(axis=1).astype(np.int64), "probabilities": probs.astype(np.float32)}
         summary = {"fallbacks": int(choice.fallback.sum()), "top_k": k}
         if parameters.get("trace"):
-            outputs |= {"experts": choice.experts.numpy().astype(np.int64), "fallback": choice.fallback.numpy()}
+            outputs |= {
+                "experts": choice.experts.numpy().astype(np.int64),
+                "fallback": choice.fallback.numpy(),
+            }
         return outputs, summary
 
-    async def _compute(self, x: np.ndarray, chosen: torch.Tensor, expert_logits: torch.Tensor,
-                       computed: torch.Tensor) -> bool:
+    async def _compute(
+        self, x: np.ndarray, chosen: torch.Tensor, expert_logits: torch.Tensor, computed: torch.Tensor
+    ) -> bool:
         """Run every chosen expert on its not-yet-computed inputs; False if any expert failed."""
         work = []
         for expert in chosen.unique().tolist():
             rows = ((chosen == expert).any(dim=1) & ~computed[:, expert]).nonzero().flatten()
             if len(rows):
                 work.append((expert, rows))
-        results = await asyncio.gather(*(self._call(e, x[rows.numpy()]) for e, rows in work), return_exceptions=True)
+        results = await asyncio.gather(
+            *(self._call(e, x[rows.numpy()]) for e, rows in work), return_exceptions=True
+        )
         ok = True
         for (expert, rows), result in zip(work, results):
             if isinstance(result, BaseException):
@@ -92,7 +115,9 @@ class MoERouter:
     async def _call(self, expert: int, x: np.ndarray) -> np.ndarray:
         self.ongoing[expert] += 1
         try:
-            return await asyncio.wait_for(predict(self.experts[expert], x, retries=0), self.entry.expert_timeout_s)
+            return await asyncio.wait_for(
+                predict(self.experts[expert], x, retries=0), self.entry.expert_timeout_s
+            )
         finally:
             self.ongoing[expert] -= 1
 

@@ -82,8 +82,9 @@ class ParsedRequest:
         return self.all_binary or output in self.binary_outputs
 
 
-def parse_infer_request(body: bytes, input_dim: int, max_batch_size: int,
-                        header_length: Optional[str] = None) -> ParsedRequest:
+def parse_infer_request(
+    body: bytes, input_dim: int, max_batch_size: int, header_length: Optional[str] = None
+) -> ParsedRequest:
     """Validate an infer request against a model taking [batch, ``input_dim``] FP32.
 
     ``header_length``: the request's ``Inference-Header-Content-Length`` (binary tensors follow
@@ -102,8 +103,11 @@ def parse_infer_request(body: bytes, input_dim: int, max_batch_size: int,
     tensor, batch = check_input(request, input_dim, max_batch_size)
     sizes = [t.parameters.get("binary_data_size") for t in request.inputs]
     if header_length is None and sizes[0] is not None:
-        raise ProtocolError(400, f"input '{tensor.name}': binary_data_size without the {binary.HEADER} "
-                                 "header (it says where the JSON ends and the binary data begins)")
+        raise ProtocolError(
+            400,
+            f"input '{tensor.name}': binary_data_size without the {binary.HEADER} "
+            "header (it says where the JSON ends and the binary data begins)",
+        )
     try:
         chunk = binary.split_inputs(sizes, [tensor.name], blob)[0]
     except ValueError as err:
@@ -119,12 +123,16 @@ def check_input(request: InferRequest, input_dim: int, max_batch_size: int) -> t
     if tensor.datatype != "FP32":
         raise ProtocolError(400, f"input '{tensor.name}': datatype must be FP32, got {tensor.datatype!r}")
     if len(tensor.shape) != 2 or tensor.shape[1] != input_dim:
-        raise ProtocolError(400, f"input '{tensor.name}': shape must be [batch, {input_dim}], got {tensor.shape}")
+        raise ProtocolError(
+            400, f"input '{tensor.name}': shape must be [batch, {input_dim}], got {tensor.shape}"
+        )
     batch = tensor.shape[0]
     if batch < 1:
         raise ProtocolError(400, f"input '{tensor.name}': empty batch (shape {tensor.shape})")
     if batch > max_batch_size:
-        raise ProtocolError(400, f"input '{tensor.name}': batch of {batch} exceeds the limit of {max_batch_size}")
+        raise ProtocolError(
+            400, f"input '{tensor.name}': batch of {batch} exceeds the limit of {max_batch_size}"
+        )
     return tensor, batch
 
 
@@ -136,9 +144,14 @@ def parsed_request(request: InferRequest, batch: int, input_dim: int, raw: Optio
     except ValueError as err:
         raise ProtocolError(400, str(err)) from None
     outputs = [o.name for o in request.outputs] or None
-    return ParsedRequest(request.id, x, _check_parameters(request.parameters), outputs,
-                         frozenset(o.name for o in request.outputs if o.parameters.get("binary_data") is True),
-                         request.parameters.get("binary_data_output") is True)
+    return ParsedRequest(
+        request.id,
+        x,
+        _check_parameters(request.parameters),
+        outputs,
+        frozenset(o.name for o in request.outputs if o.parameters.get("binary_data") is True),
+        request.parameters.get("binary_data_output") is True,
+    )
 
 
 def _decode(body: bytes) -> InferRequest:
@@ -150,8 +163,11 @@ def _decode(body: bytes) -> InferRequest:
         try:
             raw = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-            raise ProtocolError(400, f"request body is not valid JSON ({err}); a body with binary tensors "
-                                     f"needs the {binary.HEADER} header") from None
+            raise ProtocolError(
+                400,
+                f"request body is not valid JSON ({err}); a body with binary tensors "
+                f"needs the {binary.HEADER} header",
+            ) from None
     try:
         return InferRequest.model_validate(raw)
     except ValidationError as err:
@@ -168,8 +184,11 @@ def _as_matrix(tensor: RequestInput, batch: int, input_dim: int, chunk: Optional
     else:
         values = _json_values(tensor)
     if values.size != batch * input_dim:
-        raise ProtocolError(400, f"input '{tensor.name}': shape {tensor.shape} needs {batch * input_dim} values, "
-                                 f"data has {values.size}")
+        raise ProtocolError(
+            400,
+            f"input '{tensor.name}': shape {tensor.shape} needs {batch * input_dim} values, "
+            f"data has {values.size}",
+        )
     if not np.isfinite(values).all():
         bad = int((~np.isfinite(values)).sum())
         raise ProtocolError(400, f"input '{tensor.name}': {bad} value(s) are NaN or infinite")
@@ -180,13 +199,17 @@ def _as_matrix(tensor: RequestInput, batch: int, input_dim: int, chunk: Optional
 
 def _json_values(tensor: RequestInput) -> np.ndarray:
     if not isinstance(tensor.data, list):
-        raise ProtocolError(400, f"input '{tensor.name}': data must be a JSON array of numbers (or, with the "
-                                 "binary tensor extension, parameters.binary_data_size)")
+        raise ProtocolError(
+            400,
+            f"input '{tensor.name}': data must be a JSON array of numbers (or, with the "
+            "binary tensor extension, parameters.binary_data_size)",
+        )
     try:
         return np.asarray(tensor.data, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):
-        raise ProtocolError(400, f"input '{tensor.name}': data must be numbers (flat or nested "
-                                 "row-major arrays)") from None
+        raise ProtocolError(
+            400, f"input '{tensor.name}': data must be numbers (flat or nested row-major arrays)"
+        ) from None
 
 
 _PARAMETER_TYPES = {"trace": bool, "min_confidence": float, "max_stage": int, "top_k": int}
@@ -229,8 +252,11 @@ def render(response: dict[str, Any], request: ParsedRequest) -> Response:
     if not chunks:
         return V2Response(response)
     header = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
-    return Response(header + b"".join(chunks), media_type="application/octet-stream",
-                    headers={binary.HEADER: str(len(header))})
+    return Response(
+        header + b"".join(chunks),
+        media_type="application/octet-stream",
+        headers={binary.HEADER: str(len(header))},
+    )
 
 
 SERVER_TIMING = "Server-Timing"
@@ -260,12 +286,21 @@ def parse_server_timing(header: str) -> dict[str, float]:
 def tensor(name: str, values: np.ndarray) -> dict[str, Any]:
     """A V2 output tensor (JSON data, row-major flat; the array is rendered by :class:`V2Response`)."""
     datatype = {"int64": "INT64", "float32": "FP32", "bool": "BOOL"}[values.dtype.name]
-    return {"name": name, "shape": list(values.shape), "datatype": datatype,
-            "data": np.ascontiguousarray(values).ravel()}
+    return {
+        "name": name,
+        "shape": list(values.shape),
+        "datatype": datatype,
+        "data": np.ascontiguousarray(values).ravel(),
+    }
 
 
-def infer_response(model: str, request_id: Optional[str], outputs: dict[str, np.ndarray],
-                   wanted: Optional[list[str]], parameters: Optional[dict[str, Scalar]] = None) -> dict[str, Any]:
+def infer_response(
+    model: str,
+    request_id: Optional[str],
+    outputs: dict[str, np.ndarray],
+    wanted: Optional[list[str]],
+    parameters: Optional[dict[str, Scalar]] = None,
+) -> dict[str, Any]:
     """The V2 infer response, with only the outputs the client asked for (all when it named none).
 
     Raises:
@@ -274,11 +309,15 @@ def infer_response(model: str, request_id: Optional[str], outputs: dict[str, np.
     if wanted:
         unknown = [name for name in wanted if name not in outputs]
         if unknown:
-            raise ProtocolError(400, f"unknown output(s) {', '.join(unknown)}; this model has "
-                                     f"{', '.join(outputs)}")
+            raise ProtocolError(
+                400, f"unknown output(s) {', '.join(unknown)}; this model has {', '.join(outputs)}"
+            )
         outputs = {name: outputs[name] for name in wanted}
-    response = {"model_name": model, "model_version": "1",
-                "outputs": [tensor(name, values) for name, values in outputs.items()]}
+    response = {
+        "model_name": model,
+        "model_version": "1",
+        "outputs": [tensor(name, values) for name, values in outputs.items()],
+    }
     if request_id is not None:
         response["id"] = request_id
     if parameters:
@@ -286,12 +325,22 @@ def infer_response(model: str, request_id: Optional[str], outputs: dict[str, np.
     return response
 
 
-def model_metadata(name: str, kind: str, input_dim: int, num_classes: int, outputs: list[str]) -> dict[str, Any]:
+def model_metadata(
+    name: str, kind: str, input_dim: int, num_classes: int, outputs: list[str]
+) -> dict[str, Any]:
     """``GET /v2/models/{name}``: the tensors a client sends and gets back."""
-    shapes = {"class": ([-1], "INT64"), "probabilities": ([-1, num_classes], "FP32"), "stage": ([-1], "INT64"),
-              "confidence": ([-1], "FP32"), "experts": ([-1, -1], "INT64"), "fallback": ([-1, -1], "BOOL")}
+    shapes = {
+        "class": ([-1], "INT64"),
+        "probabilities": ([-1, num_classes], "FP32"),
+        "stage": ([-1], "INT64"),
+        "confidence": ([-1], "FP32"),
+        "experts": ([-1, -1], "INT64"),
+        "fallback": ([-1, -1], "BOOL"),
+    }
     return {
-        "name": name, "versions": ["1"], "platform": f"scaleforge-{kind}",
+        "name": name,
+        "versions": ["1"],
+        "platform": f"scaleforge-{kind}",
         "inputs": [{"name": INPUT_NAME, "datatype": "FP32", "shape": [-1, input_dim]}],
         "outputs": [{"name": out, "datatype": shapes[out][1], "shape": shapes[out][0]} for out in outputs],
     }

@@ -10,13 +10,17 @@ from scaleforge.storage.local_s3 import LocalS3
 
 REPO = Path(__file__).resolve().parents[1]
 # Every Ray this session starts, its own and those of the subprocesses it runs (jobs, drills, heads).
-for _name, _value in {**FAST_POLLING, "SCALEFORGE_RAY_DASHBOARD": "0",  # no test opens a dashboard
-                       # matplotlib's font cache stays where it is when a test gives a process a home of its own
-                       "MPLCONFIGDIR": str(Path.home() / ".config" / "matplotlib"),
-                       # Ray's log monitor globs its node's log folder every 0.1 s until it holds 1,000 files;
-                       # every 2 s instead (2.6% -> 0.9% of a core idle with 195 files; the session's clusters
-                       # gather hundreds). No test streams worker output: progress travels through a queue.
-                       "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "LOG_NAME_UPDATE_INTERVAL_S": "2"}.items():
+for _name, _value in {
+    **FAST_POLLING,
+    "SCALEFORGE_RAY_DASHBOARD": "0",  # no test opens a dashboard
+    # matplotlib's font cache stays where it is when a test gives a process a home of its own
+    "MPLCONFIGDIR": str(Path.home() / ".config" / "matplotlib"),
+    # Ray's log monitor globs its node's log folder every 0.1 s until it holds 1,000 files;
+    # every 2 s instead (2.6% -> 0.9% of a core idle with 195 files; the session's clusters
+    # gather hundreds). No test streams worker output: progress travels through a queue.
+    "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
+    "LOG_NAME_UPDATE_INTERVAL_S": "2",
+}.items():
     os.environ.setdefault(_name, _value)
 # Credentials for the suite's own S3 server (the `s3` fixture), set before any Ray starts so that
 # every worker, replica and job inherits them, as nodes of a cloud cluster get theirs.
@@ -48,8 +52,13 @@ def ray_cluster(metrics_port):
 
     # address="local": a fresh cluster even if another local one (or a stale address file) exists.
     # Worker and replica output stays in Ray's log folder, as for our jobs (SCALEFORGE_WORKER_LOGS=1 streams it).
-    ray.init(address="local", num_cpus=4, include_dashboard=False, _metrics_export_port=metrics_port,
-             log_to_driver=worker_logs_to_console())
+    ray.init(
+        address="local",
+        num_cpus=4,
+        include_dashboard=False,
+        _metrics_export_port=metrics_port,
+        log_to_driver=worker_logs_to_console(),
+    )
     yield ray
     ray.shutdown()
 
@@ -78,7 +87,9 @@ def _free_what_a_failed_test_reserved(request):
         return
     for group_id, info in placement_group_table().items():
         if info["state"] in ("PENDING", "CREATED", "RESCHEDULING"):
-            warnings.warn(f"{request.node.nodeid} left placement group {group_id} ({info['state']}); removed it")
+            warnings.warn(
+                f"{request.node.nodeid} left placement group {group_id} ({info['state']}); removed it"
+            )
             remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(group_id))))
 
 

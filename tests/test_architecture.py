@@ -12,7 +12,6 @@ import ast
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 LIBRARY = REPO / "platform" / "scaleforge"
@@ -37,8 +36,12 @@ def _imports(path: Path, root: Path = REPO) -> list[tuple[int, str]]:
 
 
 def _violations(folder: Path, forbidden) -> list[str]:
-    return [f"{path.relative_to(REPO)}:{line} imports {name}"
-            for path in sorted(folder.rglob("*.py")) for line, name in _imports(path) if forbidden(name)]
+    return [
+        f"{path.relative_to(REPO)}:{line} imports {name}"
+        for path in sorted(folder.rglob("*.py"))
+        for line, name in _imports(path)
+        if forbidden(name)
+    ]
 
 
 def _is(name: str, *roots: str) -> bool:
@@ -58,16 +61,23 @@ def test_model_files_never_import_ray():
 
 
 def test_no_library_file_is_over_250_lines():
-    long = {str(p.relative_to(REPO)): n for p in LIBRARY.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(REPO)): n
+        for p in LIBRARY.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert long == {}, f"split these files (at most {MAX_LINES} lines each): {long}"
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("import jobs.train", ["jobs.train"]),
-    ("from serving.app import build_app", ["serving.app.build_app"]),
-    ("from ..models import plans", ["scaleforge.models.plans"]),
-    ("def f():\n    from scaleforge.models.moe import moe_layers", ["scaleforge.models.moe.moe_layers"]),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("import jobs.train", ["jobs.train"]),
+        ("from serving.app import build_app", ["serving.app.build_app"]),
+        ("from ..models import plans", ["scaleforge.models.plans"]),
+        ("def f():\n    from scaleforge.models.moe import moe_layers", ["scaleforge.models.moe.moe_layers"]),
+    ],
+)
 def test_the_rule_reader_sees_every_kind_of_import(tmp_path, source, expected):
     """The checks above would pass vacuously if imports were missed: relative, nested and from-imports count."""
     probe = tmp_path / "platform" / "scaleforge" / "distributed" / "probe.py"

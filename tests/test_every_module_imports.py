@@ -4,7 +4,6 @@ each of them (a broken import anywhere fails here in seconds, not inside a four-
 import importlib
 
 import pytest
-
 from conftest import REPO
 
 MODULES = sorted(

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import ray
-
 from conftest import REPO
+
 from scaleforge.progress import ProgressChannel
 
 
@@ -46,8 +46,14 @@ log.error("a failed read")
 
 def test_ray_data_imported_after_the_console_is_quieted_prints_only_errors():
     env = {k: v for k, v in os.environ.items() if k != "RAY_DATA_LOG_LEVEL"}
-    out = subprocess.run([sys.executable, "-c", _RAY_DATA_AFTER_QUIETING], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _RAY_DATA_AFTER_QUIETING],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "a failed read" in out.stderr + out.stdout
     assert "finished" not in out.stderr + out.stdout and "Progress bars" not in out.stderr + out.stdout

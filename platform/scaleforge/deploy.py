@@ -63,9 +63,11 @@ def model_infos(args: ServeArgs) -> dict[str, ModelInfo]:
         _same_shapes(f"moe {router.name!r}", router.experts, experts)
         gate = infos[router.gate]
         if gate.num_classes != len(router.experts) or gate.input_dim != experts[0].input_dim:
-            raise ValueError(f"moe {router.name!r}: gate '{router.gate}' maps {gate.input_dim} features to "
-                             f"{gate.num_classes} scores; it needs {experts[0].input_dim} features and one score "
-                             f"per expert ({len(router.experts)})")
+            raise ValueError(
+                f"moe {router.name!r}: gate '{router.gate}' maps {gate.input_dim} features to "
+                f"{gate.num_classes} scores; it needs {experts[0].input_dim} features and one score "
+                f"per expert ({len(router.experts)})"
+            )
         infos[router.name] = ModelInfo("moe", experts[0].input_dim, experts[0].num_classes)
     return infos
 
@@ -102,8 +104,10 @@ def deploy(cfg: ServeConfig, ready_within_s: float = 300) -> str:
     quiet_ray_loggers()  # importing ray.serve set its logger to INFO ("Started Serve ..." on the console)
     free = ray.available_resources().get("CPU", 0.0)
     if asked > free + 1e-9:
-        raise AppCheckError(f"the applications ask for {asked:g} CPUs (replicas x num_cpus of every model and "
-                            f"ingress) and the cluster has {free:g} free of {ray.cluster_resources().get('CPU', 0):g}")
+        raise AppCheckError(
+            f"the applications ask for {asked:g} CPUs (replicas x num_cpus of every model and "
+            f"ingress) and the cluster has {free:g} free of {ray.cluster_resources().get('CPU', 0):g}"
+        )
     began = time.monotonic()
     client = _start_serve(cfg)
     client.deploy_apps(ServeDeploySchema.model_validate(cfg.model_dump(mode="json", exclude_none=True)))
@@ -120,18 +124,27 @@ def _start_serve(cfg: ServeConfig, attempts: int = 3):
     asked = cfg.http_options.model_dump(exclude_none=True)
     for attempt in range(attempts):
         try:
-            client = serve_api.serve_start(proxy_location=cfg.proxy_location, http_options=asked,
-                                           grpc_options=cfg.grpc_options and cfg.grpc_options.model_dump())
+            client = serve_api.serve_start(
+                proxy_location=cfg.proxy_location,
+                http_options=asked,
+                grpc_options=cfg.grpc_options and cfg.grpc_options.model_dump(),
+            )
             break
         except ray.exceptions.RayActorError:
             if attempt == attempts - 1:
                 raise
     running = client.http_config  # Ray's own warning when these differ stays off the console (runtime._QUIET)
-    differs = [f"{key} {value} (it uses {getattr(running, key)})" for key, value in asked.items()
-               if key in ("host", "port") and getattr(running, key) != value]
+    differs = [
+        f"{key} {value} (it uses {getattr(running, key)})"
+        for key, value in asked.items()
+        if key in ("host", "port") and getattr(running, key) != value
+    ]
     if differs:
-        print(f"[serve] Serve already runs on this cluster: http_options {', '.join(differs)} apply only when "
-              "it starts anew (serve shutdown)", flush=True)
+        print(
+            f"[serve] Serve already runs on this cluster: http_options {', '.join(differs)} apply only when "
+            "it starts anew (serve shutdown)",
+            flush=True,
+        )
     return client
 
 
@@ -145,7 +158,9 @@ def _wait_until_answering(url: str, within_s: float) -> None:
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:
-            raise RuntimeError(f"Serve's HTTP proxy at {url} did not answer /-/healthz within {within_s:.0f} s")
+            raise RuntimeError(
+                f"Serve's HTTP proxy at {url} did not answer /-/healthz within {within_s:.0f} s"
+            )
         time.sleep(0.5)
 
 
@@ -153,16 +168,24 @@ def _wait_until_running(names: list[str], within_s: float) -> None:
     deadline = time.monotonic() + within_s
     while True:
         apps = serve.status().applications
-        states = {name: apps[name].status if name in apps else ApplicationStatus.NOT_STARTED for name in names}
-        failed = [name for name, state in states.items() if state in (ApplicationStatus.DEPLOY_FAILED,
-                                                                      ApplicationStatus.UNHEALTHY)]
+        states = {
+            name: apps[name].status if name in apps else ApplicationStatus.NOT_STARTED for name in names
+        }
+        failed = [
+            name
+            for name, state in states.items()
+            if state in (ApplicationStatus.DEPLOY_FAILED, ApplicationStatus.UNHEALTHY)
+        ]
         if failed:
             raise RuntimeError("; ".join(f"application {name!r}: {apps[name].message}" for name in failed))
         if all(state == ApplicationStatus.RUNNING for state in states.values()):
             return
         if time.monotonic() > deadline:
-            waiting = {name: apps[name].message if name in apps else "not started" for name, state in states.items()
-                       if state != ApplicationStatus.RUNNING}
+            waiting = {
+                name: apps[name].message if name in apps else "not started"
+                for name, state in states.items()
+                if state != ApplicationStatus.RUNNING
+            }
             raise RuntimeError(f"not running within {within_s:.0f} s: {waiting}")
         time.sleep(0.5)
 
@@ -214,8 +237,10 @@ def direct_ingress_urls(details: dict) -> dict[str, list[str]]:
     for group in details.get("target_groups") or []:
         if group.get("ingress_deployment_name") and str(group.get("protocol")).endswith("HTTP"):
             prefix = "" if group["route_prefix"] == "/" else group["route_prefix"]
-            urls[group["app_name"]] = [f"http://{target['ip'] if host in ('0.0.0.0', '::') else host}:"
-                                       f"{target['port']}{prefix}" for target in group["targets"]]
+            urls[group["app_name"]] = [
+                f"http://{target['ip'] if host in ('0.0.0.0', '::') else host}:{target['port']}{prefix}"
+                for target in group["targets"]
+            ]
     return urls
 
 
@@ -228,5 +253,7 @@ def _same_shapes(owner: str, names: list[str], infos: list[ModelInfo]) -> None:
     first = infos[0]
     for name, info in zip(names, infos):
         if (info.input_dim, info.num_classes) != (first.input_dim, first.num_classes):
-            raise ValueError(f"{owner}: model '{name}' maps {info.input_dim} features to {info.num_classes} classes, "
-                             f"'{names[0]}' maps {first.input_dim} to {first.num_classes}")
+            raise ValueError(
+                f"{owner}: model '{name}' maps {info.input_dim} features to {info.num_classes} classes, "
+                f"'{names[0]}' maps {first.input_dim} to {first.num_classes}"
+            )

@@ -45,8 +45,9 @@ class DeviceReport:
         return asdict(self)
 
 
-def best_seconds(fn: Callable[[], object], repeats: int, sync: Callable[[], None] = lambda: None,
-                 budget_s: float = 2.0) -> float:
+def best_seconds(
+    fn: Callable[[], object], repeats: int, sync: Callable[[], None] = lambda: None, budget_s: float = 2.0
+) -> float:
     """Fastest of ``repeats`` timed calls after one warm-up call, fewer once ``budget_s`` has passed
     (as ``timeit``'s autorange bounds its time): a dtype with no fast kernel on a CPU (bf16 here,
     2.5 s per 1024 x 1024 matmul) costs seconds, not a minute, and its figure is as telling."""
@@ -103,10 +104,19 @@ def measure_devices(*, cpu_size: int = 1024, gpu_size: int = 8192, repeats: int 
     for index in range(torch.cuda.device_count()):
         with torch.cuda.device(index):
             name = torch.cuda.get_device_name(index)
-            gpu = DeviceReport(node, f"cuda:{index}", name, 0,
-                               nominal=next((p for key, p in GPU_PEAKS.items() if key in name), {}))
-            for label, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16),
-                                 ("int8", torch.int8)):
+            gpu = DeviceReport(
+                node,
+                f"cuda:{index}",
+                name,
+                0,
+                nominal=next((p for key, p in GPU_PEAKS.items() if key in name), {}),
+            )
+            for label, dtype in (
+                ("fp32", torch.float32),
+                ("bf16", torch.bfloat16),
+                ("fp16", torch.float16),
+                ("int8", torch.int8),
+            ):
                 gpu.matmul_tflops[label] = matmul_tflops("cuda", dtype, gpu_size, repeats)
             gpu.memory_gbps = memory_gbps("cuda", 1024, repeats)
             reports.append(gpu)
@@ -122,15 +132,21 @@ def measure_cluster(*, cpu_size: int = 1024, gpu_size: int = 8192, repeats: int 
     @ray.remote
     def measure(node_gpus: float) -> list[dict]:
         node_id = ray.get_runtime_context().get_node_id()
-        return [dict(r.to_dict(), node_id=node_id, node_gpus=node_gpus)
-                for r in measure_devices(cpu_size=cpu_size, gpu_size=gpu_size, repeats=repeats)]
+        return [
+            dict(r.to_dict(), node_id=node_id, node_gpus=node_gpus)
+            for r in measure_devices(cpu_size=cpu_size, gpu_size=gpu_size, repeats=repeats)
+        ]
 
     tasks = []
     for node in (n for n in ray.nodes() if n["Alive"]):
         cpus, gpus = node["Resources"].get("CPU", 0), node["Resources"].get("GPU", 0)
-        tasks.append(measure.options(num_cpus=min(1, cpus), num_gpus=gpus,
-                                     scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))
-                     .remote(gpus))
+        tasks.append(
+            measure.options(
+                num_cpus=min(1, cpus),
+                num_gpus=gpus,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+            ).remote(gpus)
+        )
     return [DeviceReport(**r) for node in ray.get(tasks) for r in node]
 
 
@@ -158,7 +174,10 @@ def format_reports(reports: list[DeviceReport]) -> str:
             peak = r.nominal.get(d)
             text = "n/a" if value is None else f"{value:.3f}" + (f" ({value / peak:.0%})" if peak else "")
             cells.append(f"{text:>13s}")
-        memory = f"{r.memory_gbps:.1f}" + (f" ({r.memory_gbps / r.nominal['memory_gbps']:.0%})"
-                                           if r.nominal.get("memory_gbps") else "")
-        lines.append(f"{r.node[:16]:16s} {r.device:8s} {r.name[:24]:24s} " + " ".join(cells) + f" {memory:>9s}")
+        memory = f"{r.memory_gbps:.1f}" + (
+            f" ({r.memory_gbps / r.nominal['memory_gbps']:.0%})" if r.nominal.get("memory_gbps") else ""
+        )
+        lines.append(
+            f"{r.node[:16]:16s} {r.device:8s} {r.name[:24]:24s} " + " ".join(cells) + f" {memory:>9s}"
+        )
     return "\n".join(lines)

@@ -32,12 +32,16 @@ class ClusterHardware:
         gpus: dict[str, float] = {}
         for report in reports:
             if not report.node_id:
-                raise ValueError(f"hwbench report for {report.node}/{report.device} has no node_id: "
-                                 "re-run jobs.hwbench on the cluster")
+                raise ValueError(
+                    f"hwbench report for {report.node}/{report.device} has no node_id: "
+                    "re-run jobs.hwbench on the cluster"
+                )
             measured = 1.0 if report.device.startswith("cuda") else 0.0
             gpus[report.node_id] = max(gpus.get(report.node_id, 0.0), report.node_gpus, measured)
-        return cls(tuple(sorted(n for n, g in gpus.items() if g == 0)),
-                   tuple(sorted(n for n, g in gpus.items() if g > 0)))
+        return cls(
+            tuple(sorted(n for n, g in gpus.items() if g == 0)),
+            tuple(sorted(n for n, g in gpus.items() if g > 0)),
+        )
 
     @property
     def mixed(self) -> bool:
@@ -50,8 +54,9 @@ def node_selector(node_ids: Iterable[str]) -> dict[str, str]:
     return {NODE_ID_LABEL: f"in({','.join(sorted(node_ids))})"}
 
 
-def place_models(args: ServeArgs, hardware: ClusterHardware, *, gpu_share: float = 0.25,
-                 gpu_min_parameters: int = 100_000) -> tuple[ServeArgs, dict[str, Placed]]:
+def place_models(
+    args: ServeArgs, hardware: ClusterHardware, *, gpu_share: float = 0.25, gpu_min_parameters: int = 100_000
+) -> tuple[ServeArgs, dict[str, Placed]]:
     """The Serve app ``args`` with each model's placement for ``hardware``.
 
     Returns:
@@ -66,16 +71,21 @@ def place_models(args: ServeArgs, hardware: ClusterHardware, *, gpu_share: float
     large = {c.stages[-1].model for c in args.cascades}
     large |= {m.name for m in args.models if _parameters(m.artifact) >= gpu_min_parameters}
     if cheap & large:
-        raise ValueError(f"models {sorted(cheap & large)} are both a cascade's cheap first stage and large; "
-                         "raise gpu_min_parameters or serve another first stage")
+        raise ValueError(
+            f"models {sorted(cheap & large)} are both a cascade's cheap first stage and large; "
+            "raise gpu_min_parameters or serve another first stage"
+        )
     placed, where = [], {}
     for model in args.models:
         if model.name in cheap:
-            model = model.model_copy(update={"num_gpus": 0.0, "label_selector": node_selector(hardware.cpu_nodes)})
+            model = model.model_copy(
+                update={"num_gpus": 0.0, "label_selector": node_selector(hardware.cpu_nodes)}
+            )
             where[model.name] = "cpu"
         elif model.name in large:
-            model = model.model_copy(update={"num_gpus": gpu_share,
-                                             "label_selector": node_selector(hardware.gpu_nodes)})
+            model = model.model_copy(
+                update={"num_gpus": gpu_share, "label_selector": node_selector(hardware.gpu_nodes)}
+            )
             where[model.name] = "gpu"
         else:
             where[model.name] = "any"

@@ -18,7 +18,6 @@ from torch import nn
 from scaleforge.artifacts import save_artifact
 from scaleforge.models import build_model
 
-
 Loss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 """``loss(model, inputs, labels)``: a scalar to minimise on one batch."""
 
@@ -30,9 +29,19 @@ def cross_entropy(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) 
     return loss + model.aux_loss() if hasattr(model, "aux_loss") else loss
 
 
-def fit(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int, batch_size: int, lr: float,
-        weight_decay: float = 0.0, generator: Optional[torch.Generator] = None, one_cycle: bool = False,
-        loss: Loss = cross_entropy) -> nn.Module:
+def fit(
+    model: nn.Module,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    weight_decay: float = 0.0,
+    generator: Optional[torch.Generator] = None,
+    one_cycle: bool = False,
+    loss: Loss = cross_entropy,
+) -> nn.Module:
     """``epochs`` shuffled passes of AdamW over ``(x, y)``, in place; returns the model in eval mode.
 
     Args:
@@ -74,14 +83,17 @@ def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 1
 
 
 @torch.inference_mode()
-def bits_per_byte(model: nn.Module, x: np.ndarray, y: np.ndarray, bytes_per_token: float = 1.0,
-                  batch_size: int = 64) -> float:
+def bits_per_byte(
+    model: nn.Module, x: np.ndarray, y: np.ndarray, bytes_per_token: float = 1.0, batch_size: int = 64
+) -> float:
     """A language model's cross-entropy over every next token of ``(x, y)`` ([windows, tokens] each),
     in bits per byte of text: nats summed over the tokens, per token, / ln 2, / bytes per token."""
     model.eval()
     inputs, labels = as_inputs(x), torch.as_tensor(y, dtype=torch.int64)
-    nats = sum(F.cross_entropy(model(chunk).flatten(0, -2), target.flatten(), reduction="sum").item()
-               for chunk, target in zip(inputs.split(batch_size), labels.split(batch_size)))
+    nats = sum(
+        F.cross_entropy(model(chunk).flatten(0, -2), target.flatten(), reduction="sum").item()
+        for chunk, target in zip(inputs.split(batch_size), labels.split(batch_size))
+    )
     return nats / labels.numel() / math.log(2) / bytes_per_token
 
 
@@ -90,8 +102,9 @@ def as_inputs(x: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(x, dtype=torch.int64 if np.issubdtype(x.dtype, np.integer) else torch.float32)
 
 
-def fit_classifier(spec, x: np.ndarray, y: np.ndarray, *, epochs: int, batch_size: int = 256, lr: float = 3e-3,
-                   seed: int = 0) -> nn.Module:
+def fit_classifier(
+    spec, x: np.ndarray, y: np.ndarray, *, epochs: int, batch_size: int = 256, lr: float = 3e-3, seed: int = 0
+) -> nn.Module:
     """A fresh registry model (``spec``: ``MLPSpec``, ``CNN1dSpec`` ...) trained with a one-cycle
     schedule; returns it in eval mode."""
     torch.manual_seed(seed)
@@ -103,5 +116,6 @@ def fit_and_save(path: str | Path, spec, data: dict[str, np.ndarray], *, epochs:
     """Train on ``data['x'], data['y']``, record test accuracy, export an artifact at ``path``."""
     model = fit_classifier(spec, data["x"], data["y"], epochs=epochs, **fit_args)
     metrics = {"test_accuracy": accuracy(model, data["x_test"], data["y_test"])}
-    return save_artifact(path, model, spec, input_dim=data["x"].shape[1], num_classes=int(data["y"].max()) + 1,
-                         metrics=metrics)
+    return save_artifact(
+        path, model, spec, input_dim=data["x"].shape[1], num_classes=int(data["y"].max()) + 1, metrics=metrics
+    )

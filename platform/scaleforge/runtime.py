@@ -25,14 +25,22 @@ SERVE_DIRECT_INGRESS = {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
 ``http_options.host``), next to the proxy, so that a client can skip the proxy's hop
 (:func:`scaleforge.deploy.direct_ingress_urls`; ``docs/serving.md``). Set it to 0 to turn it off."""
 
-IDLE_WORKER_POOL = {"RAY_prestart_worker_first_driver": "0", "RAY_num_workers_soft_limit": str(os.cpu_count() or 1)}
+IDLE_WORKER_POOL = {
+    "RAY_prestart_worker_first_driver": "0",
+    "RAY_num_workers_soft_limit": str(os.cpu_count() or 1),
+}
 """An embedded Ray's pool of idle worker processes: none started with the driver, and at most one
 kept per core. By default the raylet starts one worker per logical CPU when the first driver connects
 and keeps as many idle; an embedded cluster promises more logical CPUs than there are cores, and each
 idle worker wakes about a hundred times a second, taking the cores from training workers that fill
 them (``bench/lm.py`` measures Ray Train on cores its workers fill)."""
 
-_QUIET = {"ray": logging.ERROR, "ray.data": logging.ERROR, "ray.serve": logging.ERROR, "ray.train": logging.WARNING}
+_QUIET = {
+    "ray": logging.ERROR,
+    "ray.data": logging.ERROR,
+    "ray.serve": logging.ERROR,
+    "ray.train": logging.WARNING,
+}
 """Driver-side loggers and the least level that reaches the console. Serve's driver-side warnings are
 about its own internals under load (a replica slow to report its queue, other HTTP options than the
 running proxy's); what a user must act on, deploy() and the query stage say in their own words."""
@@ -84,5 +92,7 @@ def ensure_ray(min_cpus: float) -> None:
         # address="local": always a fresh embedded instance, never a stale or foreign local cluster
         # that ray.init() would otherwise try to join (set RAY_ADDRESS=auto to use one on purpose).
         dashboard = os.environ.get("SCALEFORGE_RAY_DASHBOARD", "1") not in ("", "0")
-        ray.init(address="local", num_cpus=cpus, include_dashboard=dashboard, dashboard_host="127.0.0.1", **quiet)
+        ray.init(
+            address="local", num_cpus=cpus, include_dashboard=dashboard, dashboard_host="127.0.0.1", **quiet
+        )
     quiet_ray_loggers()

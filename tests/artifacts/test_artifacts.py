@@ -18,8 +18,15 @@ def _model(seed=0):
 
 def test_round_trip_predicts_identically(tmp_path):
     spec, model = _model()
-    path = save_artifact(tmp_path / "a", model, spec, input_dim=40, num_classes=10,
-                         metrics={"test_accuracy": 0.5}, dataset={"fingerprint": "sha256:abc"})
+    path = save_artifact(
+        tmp_path / "a",
+        model,
+        spec,
+        input_dim=40,
+        num_classes=10,
+        metrics={"test_accuracy": 0.5},
+        dataset={"fingerprint": "sha256:abc"},
+    )
     assert sorted(p.name for p in path.iterdir()) == ["manifest.json", "model.safetensors"]
     loaded = load_artifact(path)
     x = torch.randn(7, 40)

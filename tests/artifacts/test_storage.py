@@ -10,8 +10,8 @@ import time
 
 import pytest
 import torch
-
 from conftest import REPO
+
 from scaleforge import storage
 from scaleforge.artifacts import ArtifactError, load_artifact, read_manifest, save_artifact
 from scaleforge.models import MLPSpec, build_model
@@ -36,9 +36,15 @@ def test_an_artifact_in_the_bucket_loads_through_the_node_cache_once(s3, cache, 
     monkeypatch.chdir(tmp_path)
     spec, model = _model()
     uri = s3.uri("artifacts/round-trip")
-    assert save_artifact(uri, model, spec, input_dim=40, num_classes=10, metrics={"test_accuracy": 0.5}) == uri
-    assert storage.is_file(storage.join(uri, "model.safetensors")) and storage.is_file(storage.join(uri, "manifest.json"))
-    assert list(tmp_path.iterdir()) == [tmp_path / "node-cache"] or list(tmp_path.iterdir()) == []  # nothing local
+    assert (
+        save_artifact(uri, model, spec, input_dim=40, num_classes=10, metrics={"test_accuracy": 0.5}) == uri
+    )
+    assert storage.is_file(storage.join(uri, "model.safetensors")) and storage.is_file(
+        storage.join(uri, "manifest.json")
+    )
+    assert (
+        list(tmp_path.iterdir()) == [tmp_path / "node-cache"] or list(tmp_path.iterdir()) == []
+    )  # nothing local
 
     loaded = load_artifact(uri)
     x = torch.randn(5, 40)
@@ -81,7 +87,9 @@ def test_a_writer_killed_mid_upload_leaves_an_artifact_that_is_refused_by_name(s
     try:
         deadline = time.monotonic() + 120
         while storage.is_file(storage.join(uri, "manifest.json")):  # gone: the new upload has begun
-            assert writer.poll() is None and time.monotonic() < deadline, "the writer never started its upload"
+            assert writer.poll() is None and time.monotonic() < deadline, (
+                "the writer never started its upload"
+            )
             time.sleep(0.02)
         writer.send_signal(signal.SIGKILL)
     finally:
@@ -100,18 +108,24 @@ def test_a_corrupted_object_in_the_bucket_is_refused_by_its_checksum_and_never_c
     data = bytearray(storage.read_bytes(weights))
     data[-3] ^= 0x01
     storage.write_atomic(weights, bytes(data))
-    with pytest.raises(ArtifactError, match=r"corrupted/model.safetensors: checksum mismatch .* refusing to load"):
+    with pytest.raises(
+        ArtifactError, match=r"corrupted/model.safetensors: checksum mismatch .* refusing to load"
+    ):
         load_artifact(uri)
     assert not any(cache.glob("*/model.safetensors"))
 
 
 def test_unreachable_storage_and_a_missing_bucket_fail_in_one_line_naming_the_uri(s3):
-    with pytest.raises(StorageError, match=r"^s3://no-such-bucket/x: bucket 'no-such-bucket' does not exist$"):
+    with pytest.raises(
+        StorageError, match=r"^s3://no-such-bucket/x: bucket 'no-such-bucket' does not exist$"
+    ):
         storage.check_reachable(s3.uri("x", bucket="no-such-bucket"))
     dead = "s3://scaleforge-test/x?endpoint_override=127.0.0.1:9&scheme=http"
     with pytest.raises(StorageError) as err:
         storage.check_reachable(dead)
-    assert str(err.value).startswith("s3://scaleforge-test/x: storage not reachable (") and "\n" not in str(err.value)
+    assert str(err.value).startswith("s3://scaleforge-test/x: storage not reachable (") and "\n" not in str(
+        err.value
+    )
     storage.check_reachable(s3.uri("x"))  # the bucket exists: passes
 
 
@@ -120,10 +134,28 @@ def test_a_training_job_given_a_missing_bucket_stops_before_ray_starts(s3, tmp_p
     (A job that writes its artifact and checkpoints to the bucket: ``tests/distributed/test_dp_training.py``.)"""
     env = {**os.environ, "HOME": str(tmp_path / "home")}
     env.pop("RAY_ADDRESS", None)
-    bad = subprocess.run([sys.executable, "-m", "jobs.train", "--config", "configs/train_dp.yaml",
-                          "--set", f"artifact.dir={s3.uri('a', bucket='no-such-bucket')}",
-                          "--set", f"run.storage_path={s3.uri('runs')}"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jobs.train",
+            "--config",
+            "configs/train_dp.yaml",
+            "--set",
+            f"artifact.dir={s3.uri('a', bucket='no-such-bucket')}",
+            "--set",
+            f"run.storage_path={s3.uri('runs')}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 2, bad.stderr[-2000:]
-    assert bad.stderr.strip().endswith("artifact.dir: s3://no-such-bucket/a: bucket 'no-such-bucket' does not exist")
-    assert not (tmp_path / "home").exists() and not (REPO / "s3:").exists()  # Ray (which writes ~/.ray) never started
+    assert bad.stderr.strip().endswith(
+        "artifact.dir: s3://no-such-bucket/a: bucket 'no-such-bucket' does not exist"
+    )
+    assert (
+        not (tmp_path / "home").exists() and not (REPO / "s3:").exists()
+    )  # Ray (which writes ~/.ray) never started

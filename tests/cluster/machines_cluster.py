@@ -34,8 +34,11 @@ def main() -> None:
             nodes[name] = machines.add(name, object_store_memory=300 << 20, **head, **args).node_id
         machines.cluster.wait_for_nodes()
         wait_for_dashboard(url, 120)
-        print("READY " + json.dumps({"dashboard": url, "gcs": machines.cluster.address, "token": token,
-                                     "nodes": nodes}), flush=True)
+        print(
+            "READY "
+            + json.dumps({"dashboard": url, "gcs": machines.cluster.address, "token": token, "nodes": nodes}),
+            flush=True,
+        )
         sys.stdin.read()
 
 

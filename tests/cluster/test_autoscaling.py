@@ -12,8 +12,8 @@ import time
 import urllib.request
 
 import pytest
-
 from conftest import REPO
+
 from scaleforge.cluster import LocalHead, load_cluster_config, simulated_config
 
 IDLE_TIMEOUT_MINUTES = 0.1  # 6 s: the test config shortens cluster.yaml's 5 minutes
@@ -32,15 +32,24 @@ print("RESULT", json.dumps(ray.get(where.remote(), timeout=240)))
 
 @pytest.fixture(scope="module")
 def cloud():
-    config = simulated_config(load_cluster_config(REPO / "cluster.yaml"), idle_timeout_minutes=IDLE_TIMEOUT_MINUTES,
-                              max_workers_per_type=2)
+    config = simulated_config(
+        load_cluster_config(REPO / "cluster.yaml"),
+        idle_timeout_minutes=IDLE_TIMEOUT_MINUTES,
+        max_workers_per_type=2,
+    )
     with LocalHead(num_cpus=1, autoscaling_config=config) as head:
         yield head
 
 
 def _driver(head, code, timeout=300):
-    out = subprocess.run([sys.executable, "-c", code], env=head.env(), cwd=REPO, capture_output=True, text=True,
-                         timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=head.env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     # The driver's stdout also carries the autoscaler's messages: the result is the marked line.
     (result,) = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
@@ -50,8 +59,10 @@ def _driver(head, code, timeout=300):
 def _nodes(head, within_s: float = 60) -> list[dict]:
     """Every node the head has seen, alive or dead, from Ray's state API on its dashboard (an HTTP
     call: no driver process to start)."""
-    request = urllib.request.Request(f"{head.dashboard_url}/api/v0/nodes?limit=1000&detail=true",
-                                     headers={"Authorization": f"Bearer {head.token}"})
+    request = urllib.request.Request(
+        f"{head.dashboard_url}/api/v0/nodes?limit=1000&detail=true",
+        headers={"Authorization": f"Bearer {head.token}"},
+    )
     deadline = time.time() + within_s
     while not (nodes := json.load(urllib.request.urlopen(request, timeout=30))["data"]["result"]["result"]):
         assert time.time() < deadline, "the head's state API listed no node, not even the head"
@@ -78,11 +89,30 @@ def test_gpu_work_launches_the_gpu_node_type_and_the_idle_node_is_removed(cloud)
 def test_training_that_needs_more_nodes_than_the_head_gets_them_and_completes(cloud, tmp_path):
     # Two workers of 12 CPUs each: the 1-CPU head holds neither, one 16-CPU node holds one.
     out = subprocess.run(
-        [sys.executable, "-m", "jobs.train", "--config", "configs/train_dp.yaml",
-         "--set", "data.num_samples=3000", "--set", "optim.epochs=1", "--set", "scaling.num_workers=2",
-         "--set", "scaling.resources_per_worker={CPU: 12}", "--set", f"run.storage_path={tmp_path / 'runs'}",
-         "--set", f"artifact.dir={tmp_path / 'artifact'}"],
-        env=cloud.env(), cwd=REPO, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "jobs.train",
+            "--config",
+            "configs/train_dp.yaml",
+            "--set",
+            "data.num_samples=3000",
+            "--set",
+            "optim.epochs=1",
+            "--set",
+            "scaling.num_workers=2",
+            "--set",
+            "scaling.resources_per_worker={CPU: 12}",
+            "--set",
+            f"run.storage_path={tmp_path / 'runs'}",
+            "--set",
+            f"artifact.dir={tmp_path / 'artifact'}",
+        ],
+        env=cloud.env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert (tmp_path / "artifact" / "manifest.json").is_file()

@@ -26,14 +26,17 @@ def _artifact(folder: Path, hidden: list[int]) -> str:
 def app_args(tmp_path_factory):
     root = tmp_path_factory.mktemp("placement")
     models = {"student": [4], "teacher": [512, 256], "gate": [8], "helper": [16]}
-    return ServeArgs(models=[{"name": n, "artifact": _artifact(root / n, h)} for n, h in models.items()],
-                     cascades=[{"name": "c", "stages": [{"model": "student", "threshold": 0.9}, {"model": "teacher"}]}])
+    return ServeArgs(
+        models=[{"name": n, "artifact": _artifact(root / n, h)} for n, h in models.items()],
+        cascades=[{"name": "c", "stages": [{"model": "student", "threshold": 0.9}, {"model": "teacher"}]}],
+    )
 
 
 def test_a_mixed_cluster_puts_the_cheap_stage_on_cpu_nodes_and_large_models_on_gpu_nodes(app_args):
     # Node b has a GPU that hwbench measured, node c one that Ray lists; node a has none.
-    hardware = ClusterHardware.from_reports([_report("a"), _report("b"), _report("b", "cuda:0", 1.0),
-                                             _report("c", node_gpus=1.0)])
+    hardware = ClusterHardware.from_reports(
+        [_report("a"), _report("b"), _report("b", "cuda:0", 1.0), _report("c", node_gpus=1.0)]
+    )
     assert hardware == ClusterHardware(("a",), ("b", "c"))
     placed, where = place_models(app_args, hardware, gpu_share=0.25, gpu_min_parameters=10_000)
     assert where == {"student": "cpu", "teacher": "gpu", "gate": "any", "helper": "any"}

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from compress_helpers import TINY_TEACHER
+
 from jobs.compress import main
 from scaleforge.artifacts import save_artifact
 from scaleforge.config import CompressJobConfig, load_config
@@ -22,34 +22,63 @@ RECIPE = [
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory) -> Path:
     """An (untrained) artifact with the tiny teacher's architecture: validation only reads its shape."""
-    return save_artifact(tmp_path_factory.mktemp("teacher") / "artifact", build_model(TINY_TEACHER, 40, 10),
-                         TINY_TEACHER, input_dim=40, num_classes=10)
+    return save_artifact(
+        tmp_path_factory.mktemp("teacher") / "artifact",
+        build_model(TINY_TEACHER, 40, 10),
+        TINY_TEACHER,
+        input_dim=40,
+        num_classes=10,
+    )
 
 
 def _run(tmp_path: Path, teacher: Path, recipe: list, capsys, *overrides: str):
     config = tmp_path / "compress.yaml"
-    config.write_text(yaml.safe_dump({"teacher": str(teacher), "recipe": recipe, "output": str(tmp_path / "out")}))
+    config.write_text(
+        yaml.safe_dump({"teacher": str(teacher), "recipe": recipe, "output": str(tmp_path / "out")})
+    )
     code = main(["--config", str(config), *[arg for item in overrides for arg in ("--set", item)]])
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("recipe, message", [
-    ([{"step": "sharpen"}],
-     "recipe.0.step: unknown name 'sharpen'; choose one of 'distill', 'prune', 'low_rank', 'quantize', 'export'"),
-    ([{"step": "prune", "sparsity": 0.5, "layers": ["head.9"]}],
-     "recipe[0] (prune): unknown layer 'head.9'; layers: features.0, features.3, features.7, head.1, head.4"),
-    ([{"step": "prune", "sparsity": 1.0}], "recipe.0.prune.sparsity: Input should be less than 1"),
-    ([{"step": "prune", "sparsity": -0.1}], "recipe.0.prune.sparsity: Input should be greater than or equal to 0"),
-    ([{"step": "low_rank", "layers": ["head.1"], "rank": 129}],
-     "recipe[0] (low_rank): rank 129 is larger than layer 'head.1' allows (128 x 640: at most 128)"),
-    # after structured pruning to half width, head.1 is 64 x 320: rank 100 no longer fits
-    ([RECIPE[0], {"step": "low_rank", "layers": ["head.1"], "rank": 100}],
-     "recipe[1] (low_rank): rank 100 is larger than layer 'head.1' allows (64 x 320: at most 64)"),
-    ([{"step": "low_rank", "layers": ["features.3"], "rank": 4}], "recipe[0] (low_rank): unknown layer 'features.3'"),
-    ([{"step": "quantize"}, {"step": "prune", "sparsity": 0.5}],
-     "recipe[1] (prune): the model is already quantized; only export can follow quantize"),
-    ([{"step": "quantize"}, {"step": "export", "onnx": True}], "onnx export takes fp32 or half-precision models"),
-])
+@pytest.mark.parametrize(
+    "recipe, message",
+    [
+        (
+            [{"step": "sharpen"}],
+            "recipe.0.step: unknown name 'sharpen'; choose one of 'distill', 'prune', 'low_rank', 'quantize', 'export'",
+        ),
+        (
+            [{"step": "prune", "sparsity": 0.5, "layers": ["head.9"]}],
+            "recipe[0] (prune): unknown layer 'head.9'; layers: features.0, features.3, features.7, head.1, head.4",
+        ),
+        ([{"step": "prune", "sparsity": 1.0}], "recipe.0.prune.sparsity: Input should be less than 1"),
+        (
+            [{"step": "prune", "sparsity": -0.1}],
+            "recipe.0.prune.sparsity: Input should be greater than or equal to 0",
+        ),
+        (
+            [{"step": "low_rank", "layers": ["head.1"], "rank": 129}],
+            "recipe[0] (low_rank): rank 129 is larger than layer 'head.1' allows (128 x 640: at most 128)",
+        ),
+        # after structured pruning to half width, head.1 is 64 x 320: rank 100 no longer fits
+        (
+            [RECIPE[0], {"step": "low_rank", "layers": ["head.1"], "rank": 100}],
+            "recipe[1] (low_rank): rank 100 is larger than layer 'head.1' allows (64 x 320: at most 64)",
+        ),
+        (
+            [{"step": "low_rank", "layers": ["features.3"], "rank": 4}],
+            "recipe[0] (low_rank): unknown layer 'features.3'",
+        ),
+        (
+            [{"step": "quantize"}, {"step": "prune", "sparsity": 0.5}],
+            "recipe[1] (prune): the model is already quantized; only export can follow quantize",
+        ),
+        (
+            [{"step": "quantize"}, {"step": "export", "onnx": True}],
+            "onnx export takes fp32 or half-precision models",
+        ),
+    ],
+)
 def test_bad_recipes_fail_before_any_work(tmp_path, teacher, capsys, recipe, message):
     code, err = _run(tmp_path, teacher, recipe, capsys)
     assert code == 2
@@ -76,7 +105,9 @@ def test_a_missing_teacher_and_a_bad_override_are_named(tmp_path, teacher, capsy
     code, err = _run(tmp_path, tmp_path / "nowhere", RECIPE, capsys)
     assert code == 2 and "teacher: artifact folder" in err and "does not exist" in err
     code, err = _run(tmp_path, teacher, RECIPE, capsys, "measure.threads=0")
-    assert code == 2 and "(with --set measure.threads=0): measure.threads: Input should be greater than 0" in err
+    assert (
+        code == 2 and "(with --set measure.threads=0): measure.threads: Input should be greater than 0" in err
+    )
     assert not (tmp_path / "out").exists()
 
 

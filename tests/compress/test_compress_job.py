@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 import yaml
+from compress_helpers import TINY_DATA, train_tiny_teacher
 from safetensors import safe_open
 
-from compress_helpers import TINY_DATA, train_tiny_teacher
 from jobs.compress import main
 from scaleforge.artifacts import load_artifact, load_model, read_manifest
 from scaleforge.compress.finetune import accuracy
@@ -27,14 +27,24 @@ def test_compress_job_writes_a_slim_artifact_and_a_report_to_a_bucket(ray_cluste
         "teacher": str(teacher),
         "data": TINY_DATA,
         "recipe": [
-            {"step": "distill", "student": STUDENT, "compare_hard_labels": False,
-             "optim": {"epochs": 4, "batch_size": 128, "lr": 0.003}},
+            {
+                "step": "distill",
+                "student": STUDENT,
+                "compare_hard_labels": False,
+                "optim": {"epochs": 4, "batch_size": 128, "lr": 0.003},
+            },
             {"step": "prune", "method": "structured", "sparsity": 0.25, "finetune": {"epochs": 1}},
             {"step": "quantize", "scheme": "int8_static"},
             {"step": "export"},
         ],
-        "sweeps": [{"name": "structured", "param": "sparsity", "values": [0.25, 0.5],
-                    "step": {"step": "prune", "method": "structured", "sparsity": 0.5, "finetune": {"epochs": 1}}}],
+        "sweeps": [
+            {
+                "name": "structured",
+                "param": "sparsity",
+                "values": [0.25, 0.5],
+                "step": {"step": "prune", "method": "structured", "sparsity": 0.5, "finetune": {"epochs": 1}},
+            }
+        ],
         "measure": {"repeats": 5},
         "scaling": {"num_workers": 1},
         "run": {"storage_path": s3.uri("compress/runs")},
@@ -64,4 +74,7 @@ def test_compress_job_writes_a_slim_artifact_and_a_report_to_a_bucket(ray_cluste
     assert manifest["model"] == {**STUDENT, "batch_norm": True, "dropout": 0.0}
     with safe_open(load_artifact(join(out, "model")).weights, "pt") as weights:
         assert any(weights.get_tensor(key).dtype == torch.int8 for key in weights.keys())
-    assert read_manifest(join(out, "steps", "00-distill"))["training"]["distill"] == {"temperature": 4.0, "alpha": 0.7}
+    assert read_manifest(join(out, "steps", "00-distill"))["training"]["distill"] == {
+        "temperature": 4.0,
+        "alpha": 0.7,
+    }

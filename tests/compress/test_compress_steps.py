@@ -6,9 +6,9 @@ import json
 
 import pytest
 import torch
+from compress_helpers import FULL_TEACHER, TINY_DATA, TINY_TEACHER, one_thread, train_tiny_teacher  # noqa: F401 (a fixture)
 from safetensors import safe_open
 
-from compress_helpers import FULL_TEACHER, TINY_DATA, TINY_TEACHER, one_thread, train_tiny_teacher  # noqa: F401 (a fixture)
 from scaleforge.artifacts import load_artifact, load_model, save_artifact
 from scaleforge.compress.finetune import accuracy
 from scaleforge.compress.measure import latency_table
@@ -16,9 +16,9 @@ from scaleforge.compress.quantize import float_weight_bytes, quantized_weight_by
 from scaleforge.compress.steps import ModelState, apply_step
 from scaleforge.config.compress import FinetuneSpec, LowRankStep, PruneStep, QuantizeStep
 from scaleforge.data import DataSpec, load_arrays
-from scaleforge.train.hooks import distillation_loss
 from scaleforge.models import build_model
 from scaleforge.models.surgery import layer_shapes
+from scaleforge.train.hooks import distillation_loss
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,9 @@ def teacher(tmp_path_factory):
 
 def _roundtrip(state: ModelState, arrays, folder):
     """Save like the job does and load back through the serving loader."""
-    save_artifact(folder, state.model, state.spec, input_dim=40, num_classes=10, architecture=state.edits or None)
+    save_artifact(
+        folder, state.model, state.spec, input_dim=40, num_classes=10, architecture=state.edits or None
+    )
     return load_model(folder)
 
 
@@ -62,7 +64,9 @@ def _side_by_side_ms(before: torch.nn.Module, after: torch.nn.Module) -> tuple[f
 
 def test_structured_pruning_shrinks_layers_and_is_faster(teacher, arrays, tmp_path):
     base = accuracy(teacher.model, arrays.x_test, arrays.y_test)
-    step = PruneStep(step="prune", method="structured", sparsity=0.5, finetune=FinetuneSpec(epochs=3, lr=1e-3))
+    step = PruneStep(
+        step="prune", method="structured", sparsity=0.5, finetune=FinetuneSpec(epochs=3, lr=1e-3)
+    )
     pruned, details = apply_step(step, teacher, arrays)
     shapes = layer_shapes(pruned.model)
     assert shapes["features.3"] == [16, 32] and shapes["head.4"] == [64, 10]  # half width, classes kept
@@ -73,8 +77,9 @@ def test_structured_pruning_shrinks_layers_and_is_faster(teacher, arrays, tmp_pa
 
     # Speed is a property of the shapes: measure it on the default teacher's architecture.
     full = build_model(FULL_TEACHER, 40, 10).eval()
-    half, _ = apply_step(step.model_copy(update={"finetune": FinetuneSpec(epochs=0)}),
-                         ModelState(full, FULL_TEACHER), arrays)
+    half, _ = apply_step(
+        step.model_copy(update={"finetune": FinetuneSpec(epochs=0)}), ModelState(full, FULL_TEACHER), arrays
+    )
     before, after = _side_by_side_ms(full, half.model)
     assert before / after >= 1.5, (before, after)
 
@@ -89,15 +94,24 @@ def test_low_rank_halves_the_factorized_layer_and_keeps_accuracy(teacher, arrays
 
 
 def test_full_rank_factorization_is_exact_and_energy_picks_the_rank(teacher, arrays):
-    exact, details = apply_step(LowRankStep(step="low_rank", layers=["head.1"], rank=128,
-                                            finetune=FinetuneSpec(epochs=0)), teacher, arrays)
+    exact, details = apply_step(
+        LowRankStep(step="low_rank", layers=["head.1"], rank=128, finetune=FinetuneSpec(epochs=0)),
+        teacher,
+        arrays,
+    )
     x = torch.as_tensor(arrays.x_test[:256])
     with torch.inference_mode():
         torch.testing.assert_close(exact.model(x), teacher.model(x), atol=1e-4, rtol=1e-4)
-    _, low = apply_step(LowRankStep(step="low_rank", layers=["head.1"], energy=0.5, finetune=FinetuneSpec(epochs=0)),
-                        teacher, arrays)
-    _, high = apply_step(LowRankStep(step="low_rank", layers=["head.1"], energy=0.99, finetune=FinetuneSpec(epochs=0)),
-                         teacher, arrays)
+    _, low = apply_step(
+        LowRankStep(step="low_rank", layers=["head.1"], energy=0.5, finetune=FinetuneSpec(epochs=0)),
+        teacher,
+        arrays,
+    )
+    _, high = apply_step(
+        LowRankStep(step="low_rank", layers=["head.1"], energy=0.99, finetune=FinetuneSpec(epochs=0)),
+        teacher,
+        arrays,
+    )
     assert 1 <= low["ranks"]["head.1"] < high["ranks"]["head.1"] <= 128
 
 
@@ -115,7 +129,9 @@ def test_int8_static_is_smaller_faster_accurate_and_stored_as_int8_tensors(teach
 
     # Size and speed on the default teacher's architecture, side by side.
     full = build_model(FULL_TEACHER, 40, 10).eval()
-    int8, details = apply_step(QuantizeStep(step="quantize"), ModelState(copy.deepcopy(full), FULL_TEACHER), arrays)
+    int8, details = apply_step(
+        QuantizeStep(step="quantize"), ModelState(copy.deepcopy(full), FULL_TEACHER), arrays
+    )
     assert details["weight_bytes_before"] / details["weight_bytes_after"] >= 3.5
     assert float_weight_bytes(full) == details["weight_bytes_before"]
     assert quantized_weight_bytes(int8.model) == details["weight_bytes_after"]
@@ -131,12 +147,19 @@ def test_other_schemes_round_trip_through_the_loader(teacher, arrays, tmp_path, 
     quantized, _ = apply_step(QuantizeStep(step="quantize", scheme=scheme), teacher, arrays)
     loaded = _roundtrip(quantized, arrays, tmp_path / scheme)
     assert _same_predictions(quantized.model, loaded, arrays.x_test)
-    assert accuracy(loaded, arrays.x_test, arrays.y_test) >= accuracy(teacher.model, arrays.x_test, arrays.y_test) - 0.01
+    assert (
+        accuracy(loaded, arrays.x_test, arrays.y_test)
+        >= accuracy(teacher.model, arrays.x_test, arrays.y_test) - 0.01
+    )
 
 
 def test_distillation_loss_is_cross_entropy_at_alpha_zero_and_pulls_towards_the_teacher():
     torch.manual_seed(0)
-    student, teacher, labels = torch.randn(8, 10, requires_grad=True), torch.randn(8, 10), torch.randint(0, 10, (8,))
+    student, teacher, labels = (
+        torch.randn(8, 10, requires_grad=True),
+        torch.randn(8, 10),
+        torch.randint(0, 10, (8,)),
+    )
     hard = distillation_loss(student, teacher, labels, temperature=4.0, alpha=0.0)
     torch.testing.assert_close(hard, torch.nn.functional.cross_entropy(student, labels))
     assert distillation_loss(teacher, teacher, labels, 4.0, 1.0).item() == pytest.approx(0.0, abs=1e-6)
@@ -149,7 +172,9 @@ def test_onnx_export_matches_the_torch_model(teacher, arrays, tmp_path):
 
     from scaleforge.compress.run import export_onnx
 
-    factorized, _ = apply_step(LowRankStep(step="low_rank", rank=16, finetune=FinetuneSpec(epochs=0)), teacher, arrays)
+    factorized, _ = apply_step(
+        LowRankStep(step="low_rank", rank=16, finetune=FinetuneSpec(epochs=0)), teacher, arrays
+    )
     export_onnx(factorized.model, tmp_path / "model.onnx", 40)
     session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"))
     x = arrays.x_test[:64]

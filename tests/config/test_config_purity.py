@@ -55,10 +55,18 @@ sys.stdout.write(json.dumps({"built": built, "torch": torch, "guards": guards}))
 
 def test_every_config_builds_without_torch_or_file_reads():
     configs = [(str(path), job_of(path)) for path in CONFIGS]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "platform"), str(REPO),
-                                                       os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", _BUILD_EVERY_CONFIG, json.dumps(configs)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "platform"), str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", _BUILD_EVERY_CONFIG, json.dumps(configs)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     from scaleforge.config import JOB_SCHEMAS
@@ -66,4 +74,3 @@ def test_every_config_builds_without_torch_or_file_reads():
     assert result["built"] == {os.path.basename(path): JOB_SCHEMAS[job].__name__ for path, job in configs}
     assert result["torch"] == []
     assert result["guards"] == ["PermissionError", "ImportError"]
-

@@ -3,8 +3,8 @@
 import re
 
 import pytest
-
 from conftest import REPO
+
 from scaleforge.compress.preflight import check_runnable as check_compression
 from scaleforge.config import JOB_SCHEMAS, ConfigError, TrainJobConfig, load_config
 from scaleforge.paramserver.preflight import check_runnable as check_async_sgd
@@ -13,8 +13,13 @@ from scaleforge.routing.calibration import check_runnable as check_calibration
 from scaleforge.train.preflight import check_runnable
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
-PREFLIGHTS = {"jobs.train": check_runnable, "jobs.async_sgd": check_async_sgd, "jobs.compress": check_compression,
-              "jobs.calibrate": check_calibration, "jobs.pipeline": check_pipeline}
+PREFLIGHTS = {
+    "jobs.train": check_runnable,
+    "jobs.async_sgd": check_async_sgd,
+    "jobs.compress": check_compression,
+    "jobs.calibrate": check_calibration,
+    "jobs.pipeline": check_pipeline,
+}
 """Each job's pre-flight; jobs.hwbench has nothing to check, jobs.serve checks its artifacts in serving.run."""
 
 
@@ -46,13 +51,21 @@ def _teacher_artifact(folder, compress_config):
     trainers = [load_config(TrainJobConfig, p) for p in CONFIGS if job_of(p) == "jobs.train"]
     trainer = next(cfg for cfg in trainers if cfg.artifact.dir == teacher)
     info = check_data(trainer.data)
-    return save_artifact(folder / "teacher", build_model(trainer.model, info.input_dim, info.num_classes), trainer.model,
-                         input_dim=info.input_dim, num_classes=info.num_classes)
+    return save_artifact(
+        folder / "teacher",
+        build_model(trainer.model, info.input_dim, info.num_classes),
+        trainer.model,
+        input_dim=info.input_dim,
+        num_classes=info.num_classes,
+    )
 
 
 def test_overrides_are_typed_and_nested():
-    cfg = load_config(TrainJobConfig, REPO / "configs/train_dp.yaml",
-                      ["optim.lr=0.01", "model.channels=[8, 8]", "scaling.resources_per_worker.CPU=2", "run.name=x"])
+    cfg = load_config(
+        TrainJobConfig,
+        REPO / "configs/train_dp.yaml",
+        ["optim.lr=0.01", "model.channels=[8, 8]", "scaling.resources_per_worker.CPU=2", "run.name=x"],
+    )
     assert cfg.optim.lr == 0.01
     assert cfg.model.channels == [8, 8]
     assert cfg.scaling.resources_per_worker == {"CPU": 2}
@@ -69,7 +82,10 @@ def test_teacher_config_is_big_enough():
 BAD = [
     ("optim.batch_size=0", "optim.batch_size: Input should be greater than 0 (got 0)"),
     ("optim.lr=-0.1", "optim.lr: Input should be greater than 0 (got -0.1)"),
-    ("scaling.num_workers=16001", "scaling.num_workers (16001) is larger than the number of training examples (16000)"),
+    (
+        "scaling.num_workers=16001",
+        "scaling.num_workers (16001) is larger than the number of training examples (16000)",
+    ),
     ("model.name=resnet", "model.name: unknown name 'resnet'; choose one of 'mlp', 'cnn1d', 'transformer'"),
     ("data.source=missing.npz", "data.source: data file 'missing.npz' does not exist"),
     ("optim.learning_rate=1", "optim.learning_rate: unknown key"),
@@ -111,7 +127,11 @@ def test_overrides_index_lists():
     from scaleforge.config import AsyncSGDConfig
 
     path = REPO / "configs/async_sgd.yaml"
-    cfg = load_config(AsyncSGDConfig, path, ["workers.scaling=[{at_s: 5, workers: 3}]", "workers.scaling.0.workers=4"])
+    cfg = load_config(
+        AsyncSGDConfig, path, ["workers.scaling=[{at_s: 5, workers: 3}]", "workers.scaling.0.workers=4"]
+    )
     assert cfg.workers.scaling[0].workers == 4 and cfg.workers.scaling[0].at_s == 5
     with pytest.raises(ConfigError, match="'2' is not an index of a list of 1"):
-        load_config(AsyncSGDConfig, path, ["workers.scaling=[{at_s: 5, workers: 3}]", "workers.scaling.2.workers=4"])
+        load_config(
+            AsyncSGDConfig, path, ["workers.scaling=[{at_s: 5, workers: 3}]", "workers.scaling.2.workers=4"]
+        )

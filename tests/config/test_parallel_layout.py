@@ -5,8 +5,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
+
 from scaleforge.config import ConfigError, TrainJobConfig, load_config
 
 TP = REPO / "configs/train_tp.yaml"  # transformer, 4 heads, 3 layers, ff_dim 128, 2 workers, tp=2
@@ -15,19 +15,44 @@ CASES = {
     ("parallel.tp=4",): "parallel.fsdp (1) * tp (4) * pp (1) = 4 must divide scaling.num_workers (2)",
     ("scaling.num_workers=3", "parallel.tp=3"): "parallel.tp (3) must divide model.num_heads (4)",
     ("model.ff_dim=99",): "parallel.tp (2) must divide model.ff_dim (99)",
-    ("scaling.num_workers=4", "parallel.tp=1", "parallel.pp=4"):
-        "parallel.pp (4) must be at most model.num_layers (3): each pipeline stage holds whole layers",
+    (
+        "scaling.num_workers=4",
+        "parallel.tp=1",
+        "parallel.pp=4",
+    ): "parallel.pp (4) must be at most model.num_layers (3): each pipeline stage holds whole layers",
     ("model={name: cnn1d}",): "parallel.tp (2) needs model.name=transformer or transformer_lm, not cnn1d",
-    ("model={name: mlp}", "parallel.tp=1", "parallel.pp=2"): "parallel.pp (2) needs model.name=transformer or transformer_lm, not mlp",
+    (
+        "model={name: mlp}",
+        "parallel.tp=1",
+        "parallel.pp=2",
+    ): "parallel.pp (2) needs model.name=transformer or transformer_lm, not mlp",
     ("scaling.num_workers=4", "parallel.pp=2"): "parallel: tp (2) and pp (2) do not combine",
-    ("scaling.num_workers=4", "parallel.tp=1", "parallel.fsdp=2", "parallel.pp=2"): "parallel: fsdp (2) and pp (2) do not combine",
-    ("parallel.tp=1", "parallel.pp=2", "parallel.microbatches=3"): "parallel.microbatches (3) must divide optim.batch_size (512)",
-    ("parallel.tp=1", "parallel.pp=2", "parallel.microbatches=1"):
-        "parallel.pp_schedule=1f1b needs parallel.microbatches (1) >= parallel.pp (2)",
-    ("scaling.use_gpu=true", "optim.precision=bf16"): "parallel.tp trains in fp32 only; set optim.precision=fp32",
+    (
+        "scaling.num_workers=4",
+        "parallel.tp=1",
+        "parallel.fsdp=2",
+        "parallel.pp=2",
+    ): "parallel: fsdp (2) and pp (2) do not combine",
+    (
+        "parallel.tp=1",
+        "parallel.pp=2",
+        "parallel.microbatches=3",
+    ): "parallel.microbatches (3) must divide optim.batch_size (512)",
+    (
+        "parallel.tp=1",
+        "parallel.pp=2",
+        "parallel.microbatches=1",
+    ): "parallel.pp_schedule=1f1b needs parallel.microbatches (1) >= parallel.pp (2)",
+    (
+        "scaling.use_gpu=true",
+        "optim.precision=bf16",
+    ): "parallel.tp trains in fp32 only; set optim.precision=fp32",
     ("model.moe={num_experts: 4}",): "parallel.tp needs a dense model; MoE layers split with parallel.ep",
-    ("scaling.num_workers=4", "model.moe={num_experts: 4}", "parallel.ep=2"):
-        "parallel.ep (2) combines with data parallelism only, not with parallel.fsdp, tp or pp",
+    (
+        "scaling.num_workers=4",
+        "model.moe={num_experts: 4}",
+        "parallel.ep=2",
+    ): "parallel.ep (2) combines with data parallelism only, not with parallel.fsdp, tp or pp",
 }
 
 
@@ -52,9 +77,17 @@ def test_possible_layouts_fill_in_the_data_parallel_degree():
 
 def test_layout_error_exits_2_without_starting_ray(tmp_path):
     env = {**os.environ, "RAY_TMPDIR": str(tmp_path), "RAY_ADDRESS": ""}
-    proc = subprocess.run([sys.executable, "-m", "jobs.train", "--config", "configs/train_tp.yaml", "--set", "parallel.tp=4"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jobs.train", "--config", "configs/train_tp.yaml", "--set", "parallel.tp=4"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("error: configs/train_tp.yaml (with --set parallel.tp=4): parallel.fsdp (1) "
-                                   "* tp (4) * pp (1) = 4 must divide scaling.num_workers (2)")
+    assert proc.stderr.strip() == (
+        "error: configs/train_tp.yaml (with --set parallel.tp=4): parallel.fsdp (1) "
+        "* tp (4) * pp (1) = 4 must divide scaling.num_workers (2)"
+    )
     assert list(tmp_path.iterdir()) == []

@@ -65,7 +65,10 @@ def test_bad_npz_is_rejected_with_the_reason(tmp_path, arrays, message):
 def test_parquet_is_described_from_metadata(tmp_path):
     path = tmp_path / "mine.parquet"
     x = np.arange(60, dtype=np.float32).reshape(20, 3)
-    pq.write_table(pa.table({"x": pa.array(list(x), type=pa.list_(pa.float32())), "y": pa.array(np.arange(20) % 4)}), path)
+    pq.write_table(
+        pa.table({"x": pa.array(list(x), type=pa.list_(pa.float32())), "y": pa.array(np.arange(20) % 4)}),
+        path,
+    )
     info = describe(DataSpec(source=str(path), test_fraction=0.25))
     assert (info.num_train, info.num_test, info.input_dim, info.num_classes) == (15, 5, 3, 4)
 
@@ -75,7 +78,9 @@ def test_spec_rejects_unknown_formats_and_preflight_missing_files(tmp_path):
     with pytest.raises(ValueError, match="must be 'mnist1d' or a file ending in .npz or .parquet"):
         DataSpec(source=str(tmp_path / "data.csv"))
     gone = DataSpec(source=str(tmp_path / "gone.parquet"))  # the schema does not look for the file
-    with pytest.raises(ConfigError, match=rf"^data.source: data file '{tmp_path}/gone.parquet' does not exist$"):
+    with pytest.raises(
+        ConfigError, match=rf"^data.source: data file '{tmp_path}/gone.parquet' does not exist$"
+    ):
         check_files(gone)
     (tmp_path / "gone.parquet").write_text("not parquet")
     with pytest.raises(ConfigError, match=rf"^data.source: cannot read {tmp_path}/gone.parquet: "):

@@ -9,8 +9,8 @@ import pytest
 import ray._private.state as ray_state  # the GCS's actor table (no dashboard on the test cluster)
 import ray.cloudpickle
 import torch
-
 from conftest import REPO
+
 from scaleforge.artifacts import load_artifact
 from scaleforge.config import TrainJobConfig, load_config
 from scaleforge.data import load_mnist1d
@@ -22,7 +22,11 @@ class ParameterNorm(TrainHook):
     """A user's own hook, one class: the L2 norm of the weights after every epoch, in the metrics."""
 
     def epoch_metrics(self, ctx):
-        return {"parameter_norm": float(sum(p.detach().double().pow(2).sum() for p in ctx.model.module.parameters()) ** 0.5)}
+        return {
+            "parameter_norm": float(
+                sum(p.detach().double().pow(2).sum() for p in ctx.model.module.parameters()) ** 0.5
+            )
+        }
 
 
 # Ray's workers cannot import a test module: ship its classes by value (as for a script's __main__).
@@ -35,8 +39,11 @@ def _footer_readers() -> int:
 
 
 def _config(name, tmp_path, *overrides):
-    return load_config(TrainJobConfig, REPO / "configs" / name,
-                       [f"run.storage_path={tmp_path / 'runs'}", f"artifact.dir={tmp_path / 'artifact'}", *overrides])
+    return load_config(
+        TrainJobConfig,
+        REPO / "configs" / name,
+        [f"run.storage_path={tmp_path / 'runs'}", f"artifact.dir={tmp_path / 'artifact'}", *overrides],
+    )
 
 
 @pytest.mark.slow
@@ -49,18 +56,30 @@ def test_a_job_on_parquet_resumes_after_a_worker_death_from_the_buckets_checkpoi
     data = load_mnist1d(4000, 7, 0.2, "~/.cache/scaleforge")
     written = {}
     for split, (x, y) in {"train": (data["x"], data["y"]), "test": (data["x_test"], data["y_test"])}.items():
-        pq.write_table(pa.table({"x": pa.array(list(x), type=pa.list_(pa.float32())), "y": pa.array(y)}),
-                       tmp_path / f"{split}.parquet")
+        pq.write_table(
+            pa.table({"x": pa.array(list(x), type=pa.list_(pa.float32())), "y": pa.array(y)}),
+            tmp_path / f"{split}.parquet",
+        )
         written[split] = (tmp_path / f"{split}.parquet").read_bytes()
         upload(tmp_path / f"{split}.parquet", s3.uri(f"dp/data/{split}.parquet"))
-    cfg = _config("train_dp.yaml", tmp_path, f"data.source={s3.uri('dp/data/train.parquet')}",
-                  f"data.test_path={s3.uri('dp/data/test.parquet')}", "optim.epochs=3", "fault.kill_worker_at_epoch=2",
-                  f"run.storage_path={s3.uri('dp/runs')}", f"artifact.dir={s3.uri('dp/artifact')}")
+    cfg = _config(
+        "train_dp.yaml",
+        tmp_path,
+        f"data.source={s3.uri('dp/data/train.parquet')}",
+        f"data.test_path={s3.uri('dp/data/test.parquet')}",
+        "optim.epochs=3",
+        "fault.kill_worker_at_epoch=2",
+        f"run.storage_path={s3.uri('dp/runs')}",
+        f"artifact.dir={s3.uri('dp/artifact')}",
+    )
     footer_readers_before = _footer_readers()
     result = run_training(cfg, hooks=[ParameterNorm()])
     summary = result.summary()
     assert result.metrics["test_accuracy"] > 0.4, summary  # 10 classes: chance is 0.1; 3 epochs on 3,200
-    assert "resumed from the checkpoint of epoch 1" in summary and f"artifact: {s3.uri('dp/artifact')}" in summary
+    assert (
+        "resumed from the checkpoint of epoch 1" in summary
+        and f"artifact: {s3.uri('dp/artifact')}" in summary
+    )
     assert result.metrics["resumed_from_epoch"] == 1, "the restarted run did not resume from its checkpoint"
     assert [h["epoch"] for h in result.history] == [1, 2, 3], "epochs were repeated or skipped"
     assert [h["resumed_from_epoch"] for h in result.history] == [0, 1, 1]
@@ -70,7 +89,9 @@ def test_a_job_on_parquet_resumes_after_a_worker_death_from_the_buckets_checkpoi
     manifest = artifact.manifest
     dataset = manifest["dataset"]
     assert dataset["num_train"] == 3200 and dataset["source"] == s3.uri("dp/data/train.parquet")
-    assert dataset["fingerprint"] == "sha256:" + hashlib.sha256(written["train"] + written["test"]).hexdigest()
+    assert (
+        dataset["fingerprint"] == "sha256:" + hashlib.sha256(written["train"] + written["test"]).hexdigest()
+    )
     # Ray Data listed each file on one footer-reading actor (a process each), not on a pool of 32.
     assert _footer_readers() - footer_readers_before == 2
     # The exported weights reproduce the reported accuracy, and are what the hook last measured.
@@ -80,4 +101,5 @@ def test_a_job_on_parquet_resumes_after_a_worker_death_from_the_buckets_checkpoi
     assert f"test accuracy {manifest['metrics']['test_accuracy']:.4f}" in summary
     assert len({h["parameter_norm"] for h in result.history}) == 3
     assert result.metrics["parameter_norm"] == pytest.approx(
-        float(sum(p.detach().double().pow(2).sum() for p in artifact.model.parameters()) ** 0.5), rel=1e-6)
+        float(sum(p.detach().double().pow(2).sum() for p in artifact.model.parameters()) ** 0.5), rel=1e-6
+    )

@@ -9,13 +9,27 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from scaleforge.distributed.ep import (expert_groups, expert_prefixes, gather_expert_state, is_expert_parameter,
-                                      shard_experts, sync_gradients)
+from scaleforge.distributed.ep import (
+    expert_groups,
+    expert_prefixes,
+    gather_expert_state,
+    is_expert_parameter,
+    shard_experts,
+    sync_gradients,
+)
 from scaleforge.models import MoESpec, build_model
 from scaleforge.models.plans import parallel_plan
 
-SPEC = MoESpec(stem_channels=[8, 8], d_model=16, num_experts=4, expert_hidden=8, top_k=2,
-               capacity_factor=100.0, z_loss_weight=0.001, num_blocks=2)
+SPEC = MoESpec(
+    stem_channels=[8, 8],
+    d_model=16,
+    num_experts=4,
+    expert_hidden=8,
+    top_k=2,
+    capacity_factor=100.0,
+    z_loss_weight=0.001,
+    num_blocks=2,
+)
 BATCH = 24
 
 
@@ -47,7 +61,7 @@ def _worker(rank, world, port, folder):
     shard_experts(layers, groups)
     x, y = _data()
     share = BATCH // world
-    out = _step(model, x[rank * share:(rank + 1) * share], y[rank * share:(rank + 1) * share])
+    out = _step(model, x[rank * share : (rank + 1) * share], y[rank * share : (rank + 1) * share])
     sync_gradients(model, groups, prefixes)
     grads = {name: p.grad for name, p in model.named_parameters()}
     full = gather_expert_state(model, groups, prefixes)
@@ -73,9 +87,13 @@ def test_ep2_forward_and_backward_match_one_process(tmp_path, world):
     prefixes = expert_prefixes(reference, parallel_plan("moe").expert_layers(reference))
     for rank in range(world):
         result = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
-        torch.testing.assert_close(result["out"], expected_out[rank * share:(rank + 1) * share], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            result["out"], expected_out[rank * share : (rank + 1) * share], atol=1e-4, rtol=1e-4
+        )
         for name, grad in result["grads"].items():
-            if is_expert_parameter(name, prefixes):  # local expert i on this rank is global expert rank*per_rank + i
+            if is_expert_parameter(
+                name, prefixes
+            ):  # local expert i on this rank is global expert rank*per_rank + i
                 prefix, rest = name.split(".experts.", 1)
                 local, suffix = rest.split(".", 1)
                 name = f"{prefix}.experts.{rank * per_rank + int(local)}.{suffix}"

@@ -8,9 +8,9 @@ import itertools
 import pytest
 import torch
 import torch.distributed as dist
-
 from conftest import REPO
 from gloo_ranks import run_ranks
+
 from scaleforge.config import TrainJobConfig, load_config
 from scaleforge.distributed import ParallelDims
 from scaleforge.distributed.batches import ReplicatedBatches
@@ -26,13 +26,25 @@ from scaleforge.text.tokenizer import ByteTokenizer
 TINY = load_config(TrainJobConfig, REPO / "configs" / "train_lm_tiny.yaml")
 SEQ, BATCH, STEPS, LR, CLIP = TINY.data.seq_len, 8, 5, 3e-3, 0.5
 DENSE = TINY.model  # configs/train_lm_tiny.yaml's model
-MOE = DENSE.model_copy(update={"moe": MoESpec(num_experts=4, expert_hidden=32, top_k=2, capacity_factor=100.0)})
-LARGE = TransformerLMSpec(context=SEQ, d_model=256, num_heads=8, num_layers=8, ff_dim=1024, dropout=0.0)  # 6.4M parameters
-TWO_RANKS = {"dp=2": (DENSE, dict(dp=2)), "ep=2": (MOE, dict(dp=2, ep=2)), "tp=2": (DENSE, dict(tp=2)),
-             "pp=2 gpipe": (DENSE, dict(pp=2, pp_schedule="gpipe")), "pp=2 1f1b": (DENSE, dict(pp=2, pp_schedule="1f1b")),
-             "fsdp=2": (DENSE, dict(fsdp=2))}
-FOUR_RANKS = {"dp=2 x tp=2": (DENSE, dict(dp=2, tp=2)), "fsdp=2 x tp=2": (DENSE, dict(fsdp=2, tp=2)),
-              "dp=2 x pp=2": (DENSE, dict(dp=2, pp=2))}
+MOE = DENSE.model_copy(
+    update={"moe": MoESpec(num_experts=4, expert_hidden=32, top_k=2, capacity_factor=100.0)}
+)
+LARGE = TransformerLMSpec(
+    context=SEQ, d_model=256, num_heads=8, num_layers=8, ff_dim=1024, dropout=0.0
+)  # 6.4M parameters
+TWO_RANKS = {
+    "dp=2": (DENSE, dict(dp=2)),
+    "ep=2": (MOE, dict(dp=2, ep=2)),
+    "tp=2": (DENSE, dict(tp=2)),
+    "pp=2 gpipe": (DENSE, dict(pp=2, pp_schedule="gpipe")),
+    "pp=2 1f1b": (DENSE, dict(pp=2, pp_schedule="1f1b")),
+    "fsdp=2": (DENSE, dict(fsdp=2)),
+}
+FOUR_RANKS = {
+    "dp=2 x tp=2": (DENSE, dict(dp=2, tp=2)),
+    "fsdp=2 x tp=2": (DENSE, dict(fsdp=2, tp=2)),
+    "dp=2 x pp=2": (DENSE, dict(dp=2, pp=2)),
+}
 MEMORY_LAYOUTS = {"tp=2": dict(tp=2), "pp=2": dict(pp=2), "fsdp=2": dict(fsdp=2)}
 
 
@@ -100,8 +112,10 @@ def _memory(layout):
 
 
 def _work(layouts, memory_layouts):
-    return {"losses": {name: _numerics(spec, layout) for name, (spec, layout) in layouts.items()},
-            "memory": {name: _memory(layout) for name, layout in memory_layouts.items()}}
+    return {
+        "losses": {name: _numerics(spec, layout) for name, (spec, layout) in layouts.items()},
+        "memory": {name: _memory(layout) for name, layout in memory_layouts.items()},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -125,13 +139,17 @@ def test_loss_at_each_of_five_steps_equals_one_process(name, two_ranks, four_ran
     the whole model's gradient, over shards, stages and experts, is checked too."""
     ranks, (spec, _) = (two_ranks if name in TWO_RANKS else four_ranks), {**TWO_RANKS, **FOUR_RANKS}[name]
     expected_losses, expected_norms = zip(*reference["moe" if spec.moe else "dense"])
-    assert expected_losses[-1] < expected_losses[0] - 0.1  # the steps learn: the comparison is not of constants
+    assert (
+        expected_losses[-1] < expected_losses[0] - 0.1
+    )  # the steps learn: the comparison is not of constants
     assert min(expected_norms) > CLIP  # clipping acted at every step
     for result in ranks:
         losses, norms = zip(*result["losses"][name])
-        print(f"{name}: losses {', '.join(f'{v:.4f}' for v in losses)}; max |loss - one process| = "
-              f"{max(abs(a - b) for a, b in zip(losses, expected_losses)):.1e}; gradient norms "
-              f"{', '.join(f'{v:.3f}' for v in norms)}")
+        print(
+            f"{name}: losses {', '.join(f'{v:.4f}' for v in losses)}; max |loss - one process| = "
+            f"{max(abs(a - b) for a, b in zip(losses, expected_losses)):.1e}; gradient norms "
+            f"{', '.join(f'{v:.3f}' for v in norms)}"
+        )
         assert losses == pytest.approx(expected_losses, abs=1e-4), name
         assert norms == pytest.approx(expected_norms, rel=1e-4), name
 
@@ -146,6 +164,8 @@ def test_tp_pp_fsdp_each_hold_at_most_055_of_one_process(two_ranks):
     for name in MEMORY_LAYOUTS:
         for rank, result in enumerate(two_ranks):
             held = result["memory"][name]
-            print(f"{name} rank {rank}: {held / 2**20:.1f} MiB = {held / one_process:.3f}x one process "
-                  f"({one_process / 2**20:.1f} MiB, {count_parameters(model):,} parameters)")
+            print(
+                f"{name} rank {rank}: {held / 2**20:.1f} MiB = {held / one_process:.3f}x one process "
+                f"({one_process / 2**20:.1f} MiB, {count_parameters(model):,} parameters)"
+            )
             assert held <= 0.55 * one_process, f"{name} rank {rank}: {held / one_process:.3f}x"

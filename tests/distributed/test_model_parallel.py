@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-
 from gloo_ranks import run_ranks
+
 from scaleforge.distributed import ParallelDims
 from scaleforge.distributed.batches import ReplicatedBatches
 from scaleforge.distributed.memory import memory_held, single_process_memory
@@ -22,10 +22,18 @@ from scaleforge.models.plans import TRANSFORMER
 TINY = TransformerSpec(d_model=16, num_heads=4, num_layers=2, ff_dim=32, dropout=0.0)
 LARGE = TransformerSpec(d_model=512, num_heads=8, num_layers=8, ff_dim=2048, dropout=0.0)  # 25M parameters
 BATCH, STEPS, LR = 16, 3, 1e-2
-TWO_RANKS = {"tp=2": dict(tp=2), "pp=2 gpipe": dict(pp=2, pp_schedule="gpipe"),
-             "pp=2 1f1b": dict(pp=2, pp_schedule="1f1b"), "fsdp=2": dict(fsdp=2)}
-FOUR_RANKS = {"dp=2 x tp=2": dict(dp=2, tp=2), "dp=2 x pp=2": dict(dp=2, pp=2), "fsdp=2 x tp=2": dict(fsdp=2, tp=2),
-              "dp=2 x fsdp=2": dict(dp=2, fsdp=2)}
+TWO_RANKS = {
+    "tp=2": dict(tp=2),
+    "pp=2 gpipe": dict(pp=2, pp_schedule="gpipe"),
+    "pp=2 1f1b": dict(pp=2, pp_schedule="1f1b"),
+    "fsdp=2": dict(fsdp=2),
+}
+FOUR_RANKS = {
+    "dp=2 x tp=2": dict(dp=2, tp=2),
+    "dp=2 x pp=2": dict(dp=2, pp=2),
+    "fsdp=2 x tp=2": dict(fsdp=2, tp=2),
+    "dp=2 x fsdp=2": dict(dp=2, fsdp=2),
+}
 MEMORY_LAYOUTS = {"tp=2": dict(tp=2), "pp=2": dict(pp=2), "fsdp=2": dict(fsdp=2)}
 
 
@@ -95,9 +103,13 @@ def _memory(layout):
 
 
 def _work(folder, layouts, memory_layouts):
-    return {"numerics": {name: _numerics(layout, os.path.join(folder, name.replace(" ", "_")))
-                         for name, layout in layouts.items()},
-            "memory": {name: _memory(layout) for name, layout in memory_layouts.items()}}
+    return {
+        "numerics": {
+            name: _numerics(layout, os.path.join(folder, name.replace(" ", "_")))
+            for name, layout in layouts.items()
+        },
+        "memory": {name: _memory(layout) for name, layout in memory_layouts.items()},
+    }
 
 
 def _spawn(tmp_path_factory, world, layouts, memory_layouts):
@@ -126,8 +138,10 @@ def test_loss_after_each_step_equals_one_process(name, two_ranks, four_ranks, re
     expected, _ = reference
     for result in ranks:
         losses = result["numerics"][name]["losses"]
-        print(f"{name}: max |loss - one process| over {len(losses)} steps = "
-              f"{max(abs(a - b) for a, b in zip(losses, expected)):.1e}")
+        print(
+            f"{name}: max |loss - one process| over {len(losses)} steps = "
+            f"{max(abs(a - b) for a, b in zip(losses, expected)):.1e}"
+        )
         assert losses == pytest.approx(expected, abs=1e-4), name
 
 
@@ -160,8 +174,10 @@ def test_each_worker_holds_at_most_055_of_one_process(two_ranks):
     for name in MEMORY_LAYOUTS:
         for rank, result in enumerate(ranks):
             held = sum(result["memory"][name].values())
-            print(f"{name} rank {rank}: {held / 2**20:.1f} MiB = {held / one_process.total:.3f}x one process "
-                  f"({one_process.total / 2**20:.1f} MiB, {count_parameters(model):,} parameters)")
+            print(
+                f"{name} rank {rank}: {held / 2**20:.1f} MiB = {held / one_process.total:.3f}x one process "
+                f"({one_process.total / 2**20:.1f} MiB, {count_parameters(model):,} parameters)"
+            )
             assert held <= 0.55 * one_process.total, f"{name} rank {rank}: {held / one_process.total:.3f}x"
 
 
@@ -174,8 +190,12 @@ def test_a_tampered_checkpoint_is_refused_naming_the_file(two_ranks, tmp_path):
 
     folder, _ = two_ranks
     source = folder / "pp=2_gpipe"
-    assert sorted(p.name for p in source.iterdir()) == ["stage0.json", "stage0.safetensors", "stage1.json",
-                                                       "stage1.safetensors"]
+    assert sorted(p.name for p in source.iterdir()) == [
+        "stage0.json",
+        "stage0.safetensors",
+        "stage1.json",
+        "stage1.safetensors",
+    ]
     tampered = shutil.copytree(source, tmp_path / "tampered")
     data = bytearray((tampered / "stage1.safetensors").read_bytes())
     data[-1] ^= 0xFF

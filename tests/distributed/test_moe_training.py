@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from conftest import REPO
+
 from scaleforge.artifacts import load_artifact
 from scaleforge.config import TrainJobConfig, load_config
 from scaleforge.data import load_mnist1d
@@ -14,19 +14,29 @@ from scaleforge.train import run_training
 
 
 def _train(tmp_path, *overrides):
-    cfg = load_config(TrainJobConfig, REPO / "configs/train_moe.yaml",
-                      [f"run.storage_path={tmp_path / 'runs'}", f"artifact.dir={tmp_path / 'artifact'}", *overrides])
+    cfg = load_config(
+        TrainJobConfig,
+        REPO / "configs/train_moe.yaml",
+        [f"run.storage_path={tmp_path / 'runs'}", f"artifact.dir={tmp_path / 'artifact'}", *overrides],
+    )
     return run_training(cfg)
 
 
 @pytest.mark.slow
-def test_expert_parallel_resumes_from_per_rank_optimiser_shards_and_balancing_evens_the_load(ray_cluster, tmp_path):
+def test_expert_parallel_resumes_from_per_rank_optimiser_shards_and_balancing_evens_the_load(
+    ray_cluster, tmp_path
+):
     """Experts split over 2 workers (all_to_all), rank 1 killed in epoch 2: the restart takes each
     rank's own optimiser shard and experts from the checkpoint, and the export gathers all 8 experts.
     The same job without the balancing loss loads its experts less evenly (the full config's bars:
     ``bench/training.py``)."""
-    result = _train(tmp_path / "with", "data.num_samples=6000", "optim.epochs=3", "parallel.ep=2",
-                    "fault.kill_worker_at_epoch=2")
+    result = _train(
+        tmp_path / "with",
+        "data.num_samples=6000",
+        "optim.epochs=3",
+        "parallel.ep=2",
+        "fault.kill_worker_at_epoch=2",
+    )
     unbalanced_cv = _load_cv_without_the_balancing_loss(6000, epochs=3)
     assert result.metrics["resumed_from_epoch"] == 1 and [h["epoch"] for h in result.history] == [1, 2, 3]
     artifact = load_artifact(result.artifact)
@@ -36,16 +46,20 @@ def test_expert_parallel_resumes_from_per_rank_optimiser_shards_and_balancing_ev
     assert load_artifact(parts["gate"]).manifest["model"]["name"] == "moe_gate"
     assert [load_artifact(p).manifest["moe_part"]["expert"] for p in parts["experts"]] == list(range(8))
     assert result.metrics["test_accuracy"] >= 0.5  # 10 classes: chance is 0.1
-    print(f"expert load CV: {result.metrics['expert_load_cv']:.3f} with the loss, "
-          f"{unbalanced_cv:.3f} without")
+    print(
+        f"expert load CV: {result.metrics['expert_load_cv']:.3f} with the loss, {unbalanced_cv:.3f} without"
+    )
     assert result.metrics["expert_load_cv"] <= 0.75 * unbalanced_cv
 
 
 def _load_cv_without_the_balancing_loss(num_samples: int, epochs: int) -> float:
     """The job's model and optimiser settings with ``aux_loss_weight=0``, trained in this process (the
     load statistics need no Ray Train); the expert load's CV over the last epoch, as the job measures it."""
-    spec = load_config(TrainJobConfig, REPO / "configs/train_moe.yaml",
-                       ["model.aux_loss_weight=0", f"data.num_samples={num_samples}"])
+    spec = load_config(
+        TrainJobConfig,
+        REPO / "configs/train_moe.yaml",
+        ["model.aux_loss_weight=0", f"data.num_samples={num_samples}"],
+    )
     data = load_mnist1d(num_samples, spec.data.seed, spec.data.test_fraction, spec.data.cache_dir)
     torch.manual_seed(0)
     model = build_model(spec.model, data["x"].shape[1], 10)

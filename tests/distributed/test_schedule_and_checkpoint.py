@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from scaleforge.train.optim import learning_rate_at, peak_learning_rate
 from scaleforge.distributed.checkpoint import load_training_state, read_trainer_state, save_training_state
+from scaleforge.train.optim import learning_rate_at, peak_learning_rate
 
 
 def test_linear_scaling_rule():
@@ -21,7 +21,9 @@ def test_warmup_then_cosine():
     assert learning_rate_at(50, peak=1.0, total_steps=110, warmup_steps=0, schedule="constant") == 1.0
 
 
-@pytest.mark.parametrize("make", [lambda p: torch.optim.AdamW(p, lr=0.01), lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)])
+@pytest.mark.parametrize(
+    "make", [lambda p: torch.optim.AdamW(p, lr=0.01), lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)]
+)
 def test_resumed_training_continues_exactly(tmp_path, make):
     def setup():
         torch.manual_seed(0)

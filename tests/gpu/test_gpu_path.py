@@ -10,7 +10,6 @@ import sys
 
 import pytest
 import torch
-
 from conftest import REPO
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -29,18 +28,43 @@ def _accuracy(artifact):
 
 def test_data_parallel_with_nccl_and_bf16(tmp_path):
     workers = min(2, GPUS)  # NCCL needs one GPU per rank
-    _run("-m", "jobs.train", "--config", "configs/train_dp.yaml", "--set", "scaling.use_gpu=true",
-         "--set", f"scaling.num_workers={workers}", "--set", "scaling.resources_per_worker={CPU: 1, GPU: 1}",
-         "--set", "optim.precision=bf16", "--set", f"artifact.dir={tmp_path / 'dp'}",
-         "--set", f"run.storage_path={tmp_path / 'runs'}")
+    _run(
+        "-m",
+        "jobs.train",
+        "--config",
+        "configs/train_dp.yaml",
+        "--set",
+        "scaling.use_gpu=true",
+        "--set",
+        f"scaling.num_workers={workers}",
+        "--set",
+        "scaling.resources_per_worker={CPU: 1, GPU: 1}",
+        "--set",
+        "optim.precision=bf16",
+        "--set",
+        f"artifact.dir={tmp_path / 'dp'}",
+        "--set",
+        f"run.storage_path={tmp_path / 'runs'}",
+    )
     assert _accuracy(tmp_path / "dp") >= 0.95
 
 
 @pytest.mark.skipif(GPUS < 2, reason="tensor parallelism over NCCL needs two GPUs")
 def test_tensor_parallel_job_on_gpus(tmp_path):
-    _run("-m", "jobs.train", "--config", "configs/train_tp.yaml", "--set", "scaling.use_gpu=true",
-         "--set", "scaling.resources_per_worker={CPU: 1, GPU: 1}", "--set", f"artifact.dir={tmp_path / 'tp'}",
-         "--set", f"run.storage_path={tmp_path / 'runs'}")
+    _run(
+        "-m",
+        "jobs.train",
+        "--config",
+        "configs/train_tp.yaml",
+        "--set",
+        "scaling.use_gpu=true",
+        "--set",
+        "scaling.resources_per_worker={CPU: 1, GPU: 1}",
+        "--set",
+        f"artifact.dir={tmp_path / 'tp'}",
+        "--set",
+        f"run.storage_path={tmp_path / 'runs'}",
+    )
     assert _accuracy(tmp_path / "tp") >= 0.92
 
 

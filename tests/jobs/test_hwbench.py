@@ -8,11 +8,10 @@ import time
 import ray
 import ray.cloudpickle
 import torch
-
 from conftest import REPO
+
 from jobs.hwbench import run_hwbench
 from scaleforge.config import HWBenchConfig, load_config
-
 
 # The plain loop runs as a Ray task as hwbench does (a worker process, at a worker's priority): the
 # suite's other worker competes for the cores, and both sides must meet it alike.
@@ -39,8 +38,11 @@ def _plain_matmul_tflops(size=512, repeats=20):
 def test_hwbench_measures_every_node_and_agrees_with_a_plain_matmul_loop(ray_cluster, tmp_path):
     # 512 x 512 on both sides: at the config's 1024 the bf16 figure alone (no fast kernel on this CPU)
     # costs seconds of both cores per attempt.
-    cfg = load_config(HWBenchConfig, REPO / "configs/hwbench.yaml",
-                      [f"output={tmp_path / 'hw.json'}", "repeats=20", "cpu_matmul_size=512"])
+    cfg = load_config(
+        HWBenchConfig,
+        REPO / "configs/hwbench.yaml",
+        [f"output={tmp_path / 'hw.json'}", "repeats=20", "cpu_matmul_size=512"],
+    )
     # Best of 20 on both sides, the plain loop measured just before and just after hwbench, up to five
     # times: the suite's other worker loads the cores in bursts, which may slow one measurement of a
     # round; a wrong unit or formula misses every time.

@@ -26,29 +26,49 @@ from typing import Callable
 
 import httpx
 import pytest
-
 from conftest import REPO
+from submitting import submit
+
 from scaleforge import storage
 from scaleforge.cluster.local import RAY
 from scaleforge.cluster.machines import disk_of
-from submitting import submit
 
 TINY = [
-    "--set", "teacher.set=[data.num_samples=3000, optim.epochs=1, scaling.num_workers=1]",
-    "--set", "async_sgd.set=[data.num_samples=3000, workers.epochs=1, run.eval_every_s=0.5]",
-    "--set", "async_sgd.modes=[async]",
-    "--set", "compress.set=[data.num_samples=3000, recipe.0.optim.epochs=1, recipe.0.compare_hard_labels=false, "
-             "'sweeps=[]', measure.repeats=2, scaling.num_workers=1]",
-    "--set", "moe.set=[data.num_samples=3000, optim.epochs=1, model.num_experts=2, scaling.num_workers=1]",  # 2 experts
-    "--set", "calibrate.set=[data.num_samples=3000]",
-    "--set", "query.max_inputs=128", "--set", "query.seconds=0",
+    "--set",
+    "teacher.set=[data.num_samples=3000, optim.epochs=1, scaling.num_workers=1]",
+    "--set",
+    "async_sgd.set=[data.num_samples=3000, workers.epochs=1, run.eval_every_s=0.5]",
+    "--set",
+    "async_sgd.modes=[async]",
+    "--set",
+    "compress.set=[data.num_samples=3000, recipe.0.optim.epochs=1, recipe.0.compare_hard_labels=false, "
+    "'sweeps=[]', measure.repeats=2, scaling.num_workers=1]",
+    "--set",
+    "moe.set=[data.num_samples=3000, optim.epochs=1, model.num_experts=2, scaling.num_workers=1]",  # 2 experts
+    "--set",
+    "calibrate.set=[data.num_samples=3000]",
+    "--set",
+    "query.max_inputs=128",
+    "--set",
+    "query.seconds=0",
 ]
 
 
 RAY_INTERNALS = (
-    "Reporting training result", "TrainingReport(", "execution finished", "Progress bars disabled", "core_worker.cc",
-    "eprecat", "max_ongoing_requests", "not writable", "(raylet)", " pid=", "Started a local Ray instance",
-    "INFO serve", "Traceback", "Warning",
+    "Reporting training result",
+    "TrainingReport(",
+    "execution finished",
+    "Progress bars disabled",
+    "core_worker.cc",
+    "eprecat",
+    "max_ongoing_requests",
+    "not writable",
+    "(raylet)",
+    " pid=",
+    "Started a local Ray instance",
+    "INFO serve",
+    "Traceback",
+    "Warning",
 )
 """What Ray and our own defaults used to print on a newcomer's console: it stays in Ray's log folder."""
 
@@ -58,8 +78,11 @@ RAY_LOG_RECORD = re.compile(r"^(DEBUG|INFO|WARNING|ERROR) \d{4}-\d\d-\d\d ")
 
 
 def _assert_console_is_ours(console: str) -> None:
-    leaked = [line for line in console.splitlines()
-              if any(mark in line for mark in RAY_INTERNALS) or RAY_LOG_RECORD.match(line)]
+    leaked = [
+        line
+        for line in console.splitlines()
+        if any(mark in line for mark in RAY_INTERNALS) or RAY_LOG_RECORD.match(line)
+    ]
     assert leaked == [], "\n".join(leaked[:20])
 
 
@@ -75,14 +98,21 @@ def machines(tmp_path_factory):
     root = tmp_path_factory.mktemp("machines")
     nodes = {"head": {"num_cpus": 0}, "cpu": {"num_cpus": 4}, "gpu": {"num_cpus": 3, "num_gpus": 1}}
     with open(root / "cluster.log", "w") as log:
-        cluster = subprocess.Popen([sys.executable, "tests/cluster/machines_cluster.py", str(root / "nodes"),
-                                    json.dumps(nodes)], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=log, text=True, env=_machine(root, "launcher"))
+        cluster = subprocess.Popen(
+            [sys.executable, "tests/cluster/machines_cluster.py", str(root / "nodes"), json.dumps(nodes)],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=_machine(root, "launcher"),
+        )
     try:
         line = ""
         while not line.startswith("READY "):
-            assert select.select([cluster.stdout], [], [], 180)[0] and cluster.poll() is None, \
-                (root / "cluster.log").read_text()[-3000:]
+            assert select.select([cluster.stdout], [], [], 180)[0] and cluster.poll() is None, (
+                root / "cluster.log"
+            ).read_text()[-3000:]
             line = cluster.stdout.readline()
         info = json.loads(line.removeprefix("READY "))
         cli = {**_machine(root, "launcher"), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": info["token"]}
@@ -96,19 +126,46 @@ def machines(tmp_path_factory):
 
 
 def _pipeline(tmp_path, machine, root, *extra):
-    return subprocess.run([sys.executable, "-m", "jobs.pipeline", "--config", "configs/pipeline.yaml",
-                           "--set", f"storage={root}", *TINY, *extra], cwd=REPO, capture_output=True, text=True,
-                          timeout=900, env=_machine(tmp_path, machine))
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jobs.pipeline",
+            "--config",
+            "configs/pipeline.yaml",
+            "--set",
+            f"storage={root}",
+            *TINY,
+            *extra,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=_machine(tmp_path, machine),
+    )
 
 
 def _submit(machines, tmp_path, machine, root, *extra) -> str:
     """``ray job submit`` of one run of the pipeline; the job's own logs (the driver's console) once it
     succeeded. ``machine``: the home and cache its processes get (None: those of the node it runs on)."""
     runtime_env = {"env_vars": disk_of(tmp_path / machine)} if machine else {}
-    submission_id, console = submit(machines["dashboard"], machines["cli"], f"sf-pipeline-{machine or 'node'}",
-                                    json.dumps(runtime_env), sys.executable, "-m", "jobs.pipeline", "--config",
-                                    "configs/pipeline.yaml", "--set", f"storage={root}", *TINY, *extra,
-                                    timeout=600)  # the whole test: 270-750 s; one job of it past 400 s on a loaded machine (moe 237 s)
+    submission_id, console = submit(
+        machines["dashboard"],
+        machines["cli"],
+        f"sf-pipeline-{machine or 'node'}",
+        json.dumps(runtime_env),
+        sys.executable,
+        "-m",
+        "jobs.pipeline",
+        "--config",
+        "configs/pipeline.yaml",
+        "--set",
+        f"storage={root}",
+        *TINY,
+        *extra,
+        timeout=600,
+    )  # the whole test: 270-750 s; one job of it past 400 s on a loaded machine (moe 237 s)
     assert f"Job '{submission_id}' succeeded" in console, console[-5000:]
     logs = _ray_job_logs(machines, submission_id)
     _assert_console_is_ours(logs)
@@ -116,14 +173,22 @@ def _submit(machines, tmp_path, machine, root, *extra) -> str:
 
 
 def _ray_job_logs(machines, submission_id: str) -> str:
-    out = subprocess.run([RAY, "job", "logs", "--address", machines["dashboard"], submission_id], cwd=REPO,
-                         capture_output=True, text=True, timeout=120, env=machines["cli"])
+    out = subprocess.run(
+        [RAY, "job", "logs", "--address", machines["dashboard"], submission_id],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=machines["cli"],
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)  # 270-470 s on an idle machine; 846 s in a fresh-clone run on a slow day, the suite beside it
+@pytest.mark.timeout(
+    1500
+)  # 270-470 s on an idle machine; 846 s in a fresh-clone run on a slow day, the suite beside it
 def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machines):
     root = s3.uri("scaleforge")  # the storage root: the pipeline's output is {root}/pipeline
     out = storage.join(root, "pipeline")
@@ -132,7 +197,10 @@ def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machi
     _assert_console_is_ours(failed.stdout + failed.stderr)
     # Our own progress: a line per stage and per epoch (sent by the Ray Train workers through a queue).
     assert "[pipeline] 1/7 teacher: running" in failed.stdout and "[train] epoch 1/1" in failed.stdout
-    assert "error: stage async_sgd failed: injected failure" in failed.stderr and "--from async_sgd" in failed.stderr
+    assert (
+        "error: stage async_sgd failed: injected failure" in failed.stderr
+        and "--from async_sgd" in failed.stderr
+    )
     records = storage.join(out, "records")
     assert sorted(storage.file_sizes(records)) == ["teacher.json"]
     teacher = json.loads(storage.read_text(storage.join(records, "teacher.json")))["artifact"]
@@ -142,7 +210,9 @@ def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machi
     # The later stages in jobs of their own on the cluster; each reuses what the earlier ones recorded.
     compressed = _submit(machines, tmp_path, "compress", root, "--from", "async_sgd", "--to", "compress")
     assert "teacher: reused" in compressed and "async_sgd: running" in compressed
-    assert "compress: running" in compressed and "stopped after compress; continue with --from moe" in compressed
+    assert (
+        "compress: running" in compressed and "stopped after compress; continue with --from moe" in compressed
+    )
     # The MoE job, the thresholds and Serve in one job; its processes get the home and cache of the node
     # they run on (the replicas' caches are asserted below).
     served = _submit(machines, tmp_path, None, root, "--from", "moe", "--to", "serve")
@@ -151,17 +221,23 @@ def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machi
     queried = _submit(machines, tmp_path, "query", root, "--from", "query")
     # jobs.serve of the serve config in the bucket, from a machine of its own, joined to the cluster: it
     # checks the config and its artifacts through its own cache, and the apps it deploys answer.
-    cluster = {**_machine(tmp_path, "jobs-serve"), "RAY_ADDRESS": machines["gcs"], "RAY_AUTH_MODE": "token",
-               "RAY_AUTH_TOKEN": machines["token"]}
+    cluster = {
+        **_machine(tmp_path, "jobs-serve"),
+        "RAY_ADDRESS": machines["gcs"],
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": machines["token"],
+    }
     served_record = json.loads(storage.read_text(storage.join(records, "serve.json")))
     assert served_record["serve_config"] == storage.join(out, "serve.placed.yaml")
     replicas = _serve_replicas(machines)
-    _jobs_serve(served_record["serve_config"], cluster, while_serving=lambda: _serve_replicas(machines) == replicas)
+    _jobs_serve(
+        served_record["serve_config"], cluster, while_serving=lambda: _serve_replicas(machines) == replicas
+    )
     assert "serve: reused" in queried and "[query] cascade: requests" in queried
     assert storage.read_text(manifest) == manifest_before
     assert json.loads(storage.read_text(storage.join(records, "teacher.json")))["artifact"] == teacher
 
-    table = queried[queried.index("served model"):]
+    table = queried[queried.index("served model") :]
     for name in ("teacher", "student", "cascade", "moe"):
         assert f"\n{name} " in table
     query = json.loads(storage.read_text(storage.join(records, "query.json")))
@@ -183,25 +259,55 @@ def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machi
         cache = machines["root"] / where[model] / "cache" / "artifacts"
         assert Path(replica["weights"]).parent.parent == cache, (model, replica)
     report = storage.file_sizes(storage.join(out, "report"))
-    for name in ("report.md", "training_curves.png", "sync_vs_async.png", "compression_accuracy_vs_size.png",
-                 "cascade_accuracy_vs_cost.png"):
+    for name in (
+        "report.md",
+        "training_curves.png",
+        "sync_vs_async.png",
+        "compression_accuracy_vs_size.png",
+        "cascade_accuracy_vs_cost.png",
+    ):
         assert report.get(name, 0) > 0, name
 
     # The compression job's teacher came through its own cache; nothing was written locally but caches.
     assert list((tmp_path / "compress" / "cache" / "artifacts").glob("*/model.safetensors"))
-    kept = [p for root in (tmp_path, machines["root"]) for p in root.rglob("*")
-            if p.suffix in (".safetensors", ".json", ".pt", ".npz", ".png", ".yaml")
-            and not {"cache", ".cache"} & set(p.relative_to(root).parts)]
+    kept = [
+        p
+        for root in (tmp_path, machines["root"])
+        for p in root.rglob("*")
+        if p.suffix in (".safetensors", ".json", ".pt", ".npz", ".png", ".yaml")
+        and not {"cache", ".cache"} & set(p.relative_to(root).parts)
+    ]
     assert kept == [], kept
 
 
 def _serve_replicas(machines) -> set[str]:
     """The actor ids of the Serve replicas alive on the cluster (``ray list actors``)."""
-    out = subprocess.run([RAY, "list", "actors", "--address", machines["dashboard"], "--filter", "state=ALIVE",
-                          "--limit", "10000", "--format", "json"], cwd=REPO, capture_output=True, text=True,
-                         timeout=120, env=machines["cli"])
+    out = subprocess.run(
+        [
+            RAY,
+            "list",
+            "actors",
+            "--address",
+            machines["dashboard"],
+            "--filter",
+            "state=ALIVE",
+            "--limit",
+            "10000",
+            "--format",
+            "json",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=machines["cli"],
+    )
     assert out.returncode == 0, out.stderr
-    return {actor["actor_id"] for actor in json.loads(out.stdout) if actor["class_name"].startswith("ServeReplica:")}
+    return {
+        actor["actor_id"]
+        for actor in json.loads(out.stdout)
+        if actor["class_name"].startswith("ServeReplica:")
+    }
 
 
 def _jobs_serve(config: str, env: dict[str, str], while_serving: Callable[[], bool]) -> None:
@@ -210,8 +316,14 @@ def _jobs_serve(config: str, env: dict[str, str], while_serving: Callable[[], bo
     a service manager stops it; Ctrl-C takes the same path) shuts Serve down and stops it quietly. A
     process started with SIGINT ignored, as a shell's background job is, stops on SIGTERM all the same."""
     began = time.monotonic()
-    job = subprocess.Popen([sys.executable, "-m", "jobs.serve", "--config", str(config)], cwd=REPO,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    job = subprocess.Popen(
+        [sys.executable, "-m", "jobs.serve", "--config", str(config)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         lines = []
         while not any(line.startswith("serving ") for line in lines):
@@ -233,8 +345,9 @@ def _jobs_serve(config: str, env: dict[str, str], while_serving: Callable[[], bo
             rest, _ = job.communicate(timeout=180)
         except subprocess.TimeoutExpired:
             job.kill()
-            raise AssertionError("jobs.serve still running 180 s after SIGTERM:\n"
-                                 + "".join(lines) + job.communicate()[0]) from None
+            raise AssertionError(
+                "jobs.serve still running 180 s after SIGTERM:\n" + "".join(lines) + job.communicate()[0]
+            ) from None
         assert job.returncode == 0 and "stopping: shutting Serve down on the cluster" in rest, rest
         _assert_console_is_ours("".join(lines) + rest)
     finally:

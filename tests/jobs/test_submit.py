@@ -10,8 +10,9 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import REPO
+from submitting import submit
+
 from scaleforge.artifacts import load_artifact
 from scaleforge.cluster import LocalHead
 from scaleforge.cluster.local import RAY
@@ -19,7 +20,6 @@ from scaleforge.config.data import TextDataSpec
 from scaleforge.text.corpus import load_corpus
 from scaleforge.text.dataset import windows
 from scaleforge.text.tokenizer import ByteTokenizer
-from submitting import submit
 
 RUNTIME_ENV = json.dumps({"py_modules": ["platform/scaleforge"]})
 
@@ -41,8 +41,18 @@ def _submit_training(head, tmp_path, config: str, *sets: str) -> str:
     """Submit ``jobs.train --config config`` (artifact into ``tmp_path/artifact``); its logs once it succeeded."""
     address, env = head
     overrides = [*sets, f"run.storage_path={tmp_path / 'runs'}", f"artifact.dir={tmp_path / 'artifact'}"]
-    submission_id, logs = submit(address, env, "sf-train", RUNTIME_ENV, sys.executable, "-m", "jobs.train", "--config",
-                                 config, *(arg for item in overrides for arg in ("--set", item)))
+    submission_id, logs = submit(
+        address,
+        env,
+        "sf-train",
+        RUNTIME_ENV,
+        sys.executable,
+        "-m",
+        "jobs.train",
+        "--config",
+        config,
+        *(arg for item in overrides for arg in ("--set", item)),
+    )
     assert f"Job '{submission_id}' succeeded" in logs, logs[-5000:]
     return logs
 
@@ -72,8 +82,14 @@ def test_a_submitted_tensor_parallel_language_model_scores_held_out_text_as_it_r
     attention heads and MLP columns on two workers, on a slice of the corpus) succeeds, its progress and
     memory lines reach the job's logs, and the exported artifact (weights, tokenizer, config) loads in
     this process and scores the held-out text at exactly the bits per byte the job reported."""
-    sets = ["parallel.tp=2", "data.max_train_bytes=50000", "data.max_validation_bytes=20000", "optim.epochs=1",
-            "optim.batch_size=16", "optim.lr=0.006"]  # 24 steps: both tp ranks take the same batch
+    sets = [
+        "parallel.tp=2",
+        "data.max_train_bytes=50000",
+        "data.max_validation_bytes=20000",
+        "optim.epochs=1",
+        "optim.batch_size=16",
+        "optim.lr=0.006",
+    ]  # 24 steps: both tp ranks take the same batch
     logs = _submit_training(head, tmp_path, "configs/train_lm_small.yaml", *sets)
     assert "[train] epoch 1/1" in logs and f"artifact: {tmp_path / 'artifact'}" in logs
     assert "[memory] rank 1:" in logs and "(0.5" in logs.split("[memory] rank 1:")[1].splitlines()[0]
@@ -83,7 +99,7 @@ def test_a_submitted_tensor_parallel_language_model_scores_held_out_text_as_it_r
     assert artifact.manifest["training"]["parallel"]["tp"] == 2
     assert artifact.manifest["tokenizer"] == {"type": "bytes", "vocab_size": 256}
     spec = TextDataSpec(source="stdlib", seq_len=128, max_validation_bytes=20000)  # what the job validated on
-    text = load_corpus(spec.source, spec.validation_fraction).read("validation")[:spec.max_validation_bytes]
+    text = load_corpus(spec.source, spec.validation_fraction).read("validation")[: spec.max_validation_bytes]
     x, y = (torch.from_numpy(a).long() for a in windows(ByteTokenizer().encode(text), spec.seq_len))
     with torch.no_grad():
         nats = F.cross_entropy(artifact.model(x).flatten(0, 1), y.flatten(), reduction="sum").item()

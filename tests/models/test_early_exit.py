@@ -23,8 +23,17 @@ def data():
 def _trained(data, loss) -> EarlyExitCNN1d:
     torch.manual_seed(0)
     model = EarlyExitCNN1d(SPEC, 40, 10, exit_after=2)
-    return fit(model, data["x"], data["y"], epochs=3, batch_size=128, lr=3e-3, weight_decay=1e-4, one_cycle=True,
-               loss=loss)
+    return fit(
+        model,
+        data["x"],
+        data["y"],
+        epochs=3,
+        batch_size=128,
+        lr=3e-3,
+        weight_decay=1e-4,
+        one_cycle=True,
+        loss=loss,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,21 +50,26 @@ def _accuracies(model: EarlyExitCNN1d, data) -> list[float]:
 def test_the_joint_loss_trains_the_side_exit_that_the_final_exits_loss_leaves_untrained(model, data):
     side, final = _accuracies(model, data)
     alone_side, alone_final = _accuracies(_trained(data, cross_entropy), data)
-    print(f"joint loss: side exit {side:.3f}, final {final:.3f}; final exit's loss alone: {alone_side:.3f}, "
-          f"{alone_final:.3f}")
+    print(
+        f"joint loss: side exit {side:.3f}, final {final:.3f}; final exit's loss alone: {alone_side:.3f}, "
+        f"{alone_final:.3f}"
+    )
     assert side > 0.6 and final > 0.7  # 10 classes: chance is 0.1
     assert alone_side < 0.3 and side > alone_side + 0.3
 
 
 @pytest.mark.parametrize("threshold", [0.0, 0.7, 0.9, 1.01])
 def test_as_a_cascade_it_answers_as_the_policy_over_both_exits_and_runs_the_rest_only_for_handed_on_rows(
-        model, data, threshold):
+    model, data, threshold
+):
     x = torch.from_numpy(data["x_test"]).float()
     with torch.inference_mode():
         exits = [logits.softmax(dim=-1) for logits in model.exit_logits(x)]
         final = model(x).softmax(dim=-1)
     rows_through_rest = []
-    hook = model.rest.register_forward_hook(lambda module, inputs, output: rows_through_rest.append(len(inputs[0])))
+    hook = model.rest.register_forward_hook(
+        lambda module, inputs, output: rows_through_rest.append(len(inputs[0]))
+    )
     try:
         answer = model.predict(x, threshold)
     finally:
@@ -70,7 +84,9 @@ def test_as_a_cascade_it_answers_as_the_policy_over_both_exits_and_runs_the_rest
     if threshold > 1:
         assert handed_on == len(x)
         torch.testing.assert_close(answer.probs, final)
-    if threshold == 0.7:  # a confident side exit answers part of the inputs, at most a point below the final's
+    if (
+        threshold == 0.7
+    ):  # a confident side exit answers part of the inputs, at most a point below the final's
         assert 0.15 < answer.answered_at(0) < 1.0
         accuracy = float((answer.predictions.numpy() == data["y_test"]).mean())
         assert accuracy >= float((final.argmax(1).numpy() == data["y_test"]).mean()) - 0.01

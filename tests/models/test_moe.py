@@ -4,12 +4,12 @@ import time
 
 import pytest
 import torch
+from conftest import REPO
 from pydantic import ValidationError
 
 from scaleforge.config import ConfigError, TrainJobConfig, load_config
 from scaleforge.models import MoESpec, build_model
 from scaleforge.models.moe import MoELayer, dense_forward, expert_load
-from conftest import REPO
 
 
 def test_sparse_dispatch_equals_dense_masking():
@@ -63,12 +63,19 @@ def test_moe_config_errors():
     }
     for override, message in cases.items():
         with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-            overrides = [override] if override.startswith("parallel") else [override, "parallel.ep=2", "model.top_k=2"]
+            overrides = (
+                [override]
+                if override.startswith("parallel")
+                else [override, "parallel.ep=2", "model.top_k=2"]
+            )
             load_config(TrainJobConfig, REPO / "configs/train_moe.yaml", overrides)
     with pytest.raises(ConfigError, match=r"parallel.ep \(2\) needs MoE layers"):
         load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", ["parallel.ep=2"])
-    moe_transformer = load_config(TrainJobConfig, REPO / "configs/train_dp.yaml",
-                                  ["model={name: transformer, moe: {num_experts: 4}}", "parallel.ep=2"])
+    moe_transformer = load_config(
+        TrainJobConfig,
+        REPO / "configs/train_dp.yaml",
+        ["model={name: transformer, moe: {num_experts: 4}}", "parallel.ep=2"],
+    )
     assert moe_transformer.model.moe.num_experts == 4
 
 
@@ -82,14 +89,21 @@ def test_transformer_with_moe_feed_forward_routes_every_token():
     from scaleforge.models import TransformerSpec
     from scaleforge.models.moe import moe_layers
 
-    spec = TransformerSpec(d_model=32, num_heads=4, num_layers=2, moe={"num_experts": 4, "expert_hidden": 16, "top_k": 1})
+    spec = TransformerSpec(
+        d_model=32, num_heads=4, num_layers=2, moe={"num_experts": 4, "expert_hidden": 16, "top_k": 1}
+    )
     model = build_model(spec, 40, 10)
     logits = model(torch.randn(6, 40))
     (logits.sum() + model_aux(model)).backward()
     layers = moe_layers(model)
     assert logits.shape == (6, 10) and len(layers) == 2
     assert all(layer.routed.item() == 6 * 10 for layer in layers)  # 10 patch tokens per input, k=1
-    assert all(e.net[0].weight.grad is not None for layer in layers for e in layer.experts if layer.expert_counts.sum())
+    assert all(
+        e.net[0].weight.grad is not None
+        for layer in layers
+        for e in layer.experts
+        if layer.expert_counts.sum()
+    )
 
 
 def model_aux(model):

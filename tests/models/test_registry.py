@@ -4,7 +4,14 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from scaleforge.models import MODEL_NAMES, MODEL_SPEC, CNN1dSpec, TransformerSpec, build_model, count_parameters
+from scaleforge.models import (
+    MODEL_NAMES,
+    MODEL_SPEC,
+    CNN1dSpec,
+    TransformerSpec,
+    build_model,
+    count_parameters,
+)
 
 
 @pytest.mark.parametrize("name", [name for name in MODEL_NAMES if name != "transformer_lm"])
@@ -18,8 +25,9 @@ def test_every_registered_model_classifies_a_batch(name):
 
 
 def test_the_language_model_predicts_every_next_token_from_the_ones_before_it():
-    model = build_model(MODEL_SPEC.validate_python({"name": "transformer_lm", "context": 64}), input_dim=40,
-                        num_classes=256).eval()  # no dropout: two forwards compare exactly
+    model = build_model(
+        MODEL_SPEC.validate_python({"name": "transformer_lm", "context": 64}), input_dim=40, num_classes=256
+    ).eval()  # no dropout: two forwards compare exactly
     tokens = torch.randint(0, 256, (5, 40))
     logits = model(tokens)
     assert logits.shape == (5, 40, 256)
@@ -28,8 +36,12 @@ def test_the_language_model_predicts_every_next_token_from_the_ones_before_it():
     after = model(changed)
     torch.testing.assert_close(after[:, :20], logits[:, :20])  # causal: no position sees a later token
     assert not torch.allclose(after[:, 20:], logits[:, 20:])
-    assert model.head is None and not any(name.startswith("head") for name, _ in model.named_parameters())  # tied
-    with pytest.raises(ValueError, match=r"sequence length 80 \(data.seq_len\) is above model.context \(64\)"):
+    assert model.head is None and not any(
+        name.startswith("head") for name, _ in model.named_parameters()
+    )  # tied
+    with pytest.raises(
+        ValueError, match=r"sequence length 80 \(data.seq_len\) is above model.context \(64\)"
+    ):
         build_model(MODEL_SPEC.validate_python({"name": "transformer_lm", "context": 64}), 80, 256)
     logits.sum().backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)

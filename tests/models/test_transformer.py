@@ -12,8 +12,15 @@ SPEC = TransformerSpec(d_model=32, num_heads=4, num_layers=2, ff_dim=64, dropout
 def _reference(layer) -> nn.TransformerEncoderLayer:
     """PyTorch's layer with our layer's weights copied in (q, k, v stacked as its in-projection)."""
     ours = layer.attention
-    ref = nn.TransformerEncoderLayer(SPEC.d_model, SPEC.num_heads, SPEC.ff_dim, dropout=0.0, activation="relu",
-                                     batch_first=True, norm_first=True)
+    ref = nn.TransformerEncoderLayer(
+        SPEC.d_model,
+        SPEC.num_heads,
+        SPEC.ff_dim,
+        dropout=0.0,
+        activation="relu",
+        batch_first=True,
+        norm_first=True,
+    )
     with torch.no_grad():
         ref.self_attn.in_proj_weight.copy_(torch.cat([ours.query.weight, ours.key.weight, ours.value.weight]))
         ref.self_attn.in_proj_bias.copy_(torch.cat([ours.query.bias, ours.key.bias, ours.value.bias]))

@@ -7,9 +7,9 @@ import time
 import numpy as np
 import pytest
 import torch
+from conftest import REPO
 from safetensors.torch import load_file
 
-from conftest import REPO
 from scaleforge.config import AsyncSGDConfig, ConfigError, load_config
 from scaleforge.data import load_arrays
 from scaleforge.models import build_model
@@ -21,13 +21,24 @@ CONFIG = REPO / "configs/async_sgd.yaml"
 
 
 def _config(tmp_path, *overrides):
-    return load_config(AsyncSGDConfig, CONFIG, [f"run.output_dir={tmp_path / 'out'}",
-                                                f"artifact.dir={tmp_path / 'artifact'}", *overrides],
-                       preflight=check_runnable)
+    return load_config(
+        AsyncSGDConfig,
+        CONFIG,
+        [f"run.output_dir={tmp_path / 'out'}", f"artifact.dir={tmp_path / 'artifact'}", *overrides],
+        preflight=check_runnable,
+    )
 
 
-TINY = ["data.num_samples=400", "model={name: mlp, hidden: [16]}", "server.optimizer=sgd", "server.lr=0.05",
-        "server.mode=sync", "workers.num_workers=1", "workers.batch_size=16", "workers.epochs=1"]
+TINY = [
+    "data.num_samples=400",
+    "model={name: mlp, hidden: [16]}",
+    "server.optimizer=sgd",
+    "server.lr=0.05",
+    "server.mode=sync",
+    "workers.num_workers=1",
+    "workers.batch_size=16",
+    "workers.epochs=1",
+]
 
 
 def _weights(result):
@@ -38,8 +49,15 @@ def test_sync_one_worker_equals_plain_sgd_and_shards_do_not_matter(ray_cluster, 
     one = run_async_sgd(_config(tmp_path / "one", *TINY, "server.num_shards=1"))
     three = run_async_sgd(_config(tmp_path / "three", *TINY, "server.num_shards=3"))
     # Weight prediction with one worker: every push meets no other update, so nothing is predicted
-    predicted = run_async_sgd(_config(tmp_path / "predicted", *TINY, "server.mode=async", "server.num_shards=2",
-                                      "workers.weight_prediction=true"))
+    predicted = run_async_sgd(
+        _config(
+            tmp_path / "predicted",
+            *TINY,
+            "server.mode=async",
+            "server.num_shards=2",
+            "workers.weight_prediction=true",
+        )
+    )
 
     cfg = _config(tmp_path / "plain", *TINY)
     data = load_arrays(cfg.data)
@@ -56,14 +74,24 @@ def test_sync_one_worker_equals_plain_sgd_and_shards_do_not_matter(ray_cluster, 
     assert one.updates == three.updates == 20  # 320 examples / 16 per step
     for name, tensor in model.state_dict().items():
         np.testing.assert_allclose(_weights(one)[name].numpy(), tensor.numpy(), atol=1e-5, rtol=0)
-        np.testing.assert_allclose(_weights(three)[name].numpy(), _weights(one)[name].numpy(), atol=1e-5, rtol=0)
-        np.testing.assert_allclose(_weights(predicted)[name].numpy(), _weights(one)[name].numpy(), atol=1e-5, rtol=0)
+        np.testing.assert_allclose(
+            _weights(three)[name].numpy(), _weights(one)[name].numpy(), atol=1e-5, rtol=0
+        )
+        np.testing.assert_allclose(
+            _weights(predicted)[name].numpy(), _weights(one)[name].numpy(), atol=1e-5, rtol=0
+        )
     assert max(one.staleness["clock"]) == 0 and max(one.staleness["updates"]) == 0
 
 
 def test_ssp_bounds_staleness_with_a_straggler(ray_cluster, tmp_path):
-    straggling = ["data.num_samples=1200", "model={name: mlp, hidden: [16]}", "workers.num_workers=3",
-                  "workers.batch_size=32", "workers.epochs=1", "workers.straggler_delay_s=0.05"]
+    straggling = [
+        "data.num_samples=1200",
+        "model={name: mlp, hidden: [16]}",
+        "workers.num_workers=3",
+        "workers.batch_size=32",
+        "workers.epochs=1",
+        "workers.straggler_delay_s=0.05",
+    ]
     ssp = run_async_sgd(_config(tmp_path / "ssp", *straggling, "server.mode=ssp", "server.staleness_bound=1"))
     free = run_async_sgd(_config(tmp_path / "async", *straggling, "server.mode=async"))
     assert max(ssp.staleness["clock"]) <= 1
@@ -76,10 +104,13 @@ def _restored(result) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode,fault", [
-    ("async", ["fault.kill_worker_at_step=100"]),
-    ("ssp", ["server.checkpoint_every=50", "fault.kill_shard_at_update=130"]),
-])
+@pytest.mark.parametrize(
+    "mode,fault",
+    [
+        ("async", ["fault.kill_worker_at_step=100"]),
+        ("ssp", ["server.checkpoint_every=50", "fault.kill_shard_at_update=130"]),
+    ],
+)
 def test_each_mode_converges_through_a_fault(ray_cluster, tmp_path, mode, fault):
     """Async and ssp learn on two epochs of the default config, async losing a worker on the way, ssp a
     shard; sync learns through a lost shard in the next test. (The full default config reaches 0.92 in
@@ -101,8 +132,16 @@ def test_each_mode_converges_through_a_fault(ray_cluster, tmp_path, mode, fault)
 @pytest.mark.slow
 def test_a_killed_sync_shard_restores_and_joins_the_workers_round(ray_cluster, tmp_path):
     """Sync: the workers are rounds ahead of the restored checkpoint; the shard takes up their round."""
-    result = run_async_sgd(_config(tmp_path, "server.mode=sync", "data.num_samples=8000", "workers.epochs=4",
-                                   "server.checkpoint_every=50", "fault.kill_shard_at_update=130"))
+    result = run_async_sgd(
+        _config(
+            tmp_path,
+            "server.mode=sync",
+            "data.num_samples=8000",
+            "workers.epochs=4",
+            "server.checkpoint_every=50",
+            "fault.kill_shard_at_update=130",
+        )
+    )
     restored = _restored(result)
     assert restored["shard"] == 0 and restored["restored_version"] == 100
     assert 0 < restored["lost_updates"] <= 50, restored
@@ -130,10 +169,22 @@ def test_a_restarted_sync_shard_finishes_the_round_whose_ack_died_with_it(ray_cl
     from scaleforge.paramserver.shard import ParameterShard
 
     every, die_at = 2, 3
-    shard = ParameterShard.options(num_cpus=0.01, max_concurrency=8, max_restarts=1, max_task_retries=-1).remote(
-        0, np.zeros(4, np.float32), optimizer="sgd", lr=0.1, momentum=0.0, mode="sync", num_workers=2,
-        staleness_bound=0, staleness_aware_lr=False, checkpoint_dir=str(tmp_path), checkpoint_every=every,
-        die_at_update=die_at)
+    shard = ParameterShard.options(
+        num_cpus=0.01, max_concurrency=8, max_restarts=1, max_task_retries=-1
+    ).remote(
+        0,
+        np.zeros(4, np.float32),
+        optimizer="sgd",
+        lr=0.1,
+        momentum=0.0,
+        mode="sync",
+        num_workers=2,
+        staleness_bound=0,
+        staleness_aware_lr=False,
+        checkpoint_dir=str(tmp_path),
+        checkpoint_every=every,
+        die_at_update=die_at,
+    )
     _started(shard)
     ones = np.ones(4, np.float32)
     for clock in range(die_at - 1):  # rounds 0 and 1 committed, version 2 checkpointed
@@ -166,8 +217,17 @@ def test_backup_workers_apply_the_first_gradients_and_drop_the_late_one(ray_clus
     from scaleforge.paramserver.shard import ParameterShard
 
     shard = ParameterShard.options(num_cpus=0.01, max_concurrency=8).remote(
-        0, np.zeros(4, np.float32), optimizer="sgd", lr=0.1, momentum=0.0, mode="sync", num_workers=3,
-        staleness_bound=0, staleness_aware_lr=False, backup_workers=1)
+        0,
+        np.zeros(4, np.float32),
+        optimizer="sgd",
+        lr=0.1,
+        momentum=0.0,
+        mode="sync",
+        num_workers=3,
+        staleness_bound=0,
+        staleness_aware_lr=False,
+        backup_workers=1,
+    )
     _started(shard)
     reads = ray.get([shard.pull.remote(w, 0) for w in range(3)], timeout=30)
     assert [version for _, version, _ in reads] == [0, 0, 0]
@@ -188,9 +248,16 @@ def test_backup_workers_apply_the_first_gradients_and_drop_the_late_one(ray_clus
 
 
 def test_a_straggler_behind_backup_workers_only_loses_its_own_gradients(ray_cluster, tmp_path):
-    straggling = ["data.num_samples=1200", "model={name: mlp, hidden: [16]}", "workers.num_workers=3",
-                  "workers.batch_size=32", "workers.epochs=2", "workers.straggler_delay_s=0.05",
-                  "server.mode=sync", "server.num_shards=2"]
+    straggling = [
+        "data.num_samples=1200",
+        "model={name: mlp, hidden: [16]}",
+        "workers.num_workers=3",
+        "workers.batch_size=32",
+        "workers.epochs=2",
+        "workers.straggler_delay_s=0.05",
+        "server.mode=sync",
+        "server.num_shards=2",
+    ]
     cfg = _config(tmp_path, *straggling, "server.backup_workers=1")
     result = run_async_sgd(cfg)
     shard_rows = min(map(len, worker_shards(len(load_arrays(cfg.data).y), 3, cfg.workers.seed)))
@@ -213,8 +280,16 @@ def test_a_pull_beside_its_push_reads_after_the_push_lands(ray_cluster, mode):
     from scaleforge.paramserver.shard import ParameterShard
 
     shard = ParameterShard.options(num_cpus=0.01, max_concurrency=8).remote(
-        0, np.zeros(4, np.float32), optimizer="sgd", lr=0.1, momentum=0.0, mode=mode, num_workers=1,
-        staleness_bound=0, staleness_aware_lr=False)
+        0,
+        np.zeros(4, np.float32),
+        optimizer="sgd",
+        lr=0.1,
+        momentum=0.0,
+        mode=mode,
+        num_workers=1,
+        staleness_bound=0,
+        staleness_aware_lr=False,
+    )
     _started(shard)
     ray.get(shard.pull.remote(0, 0), timeout=30)
     early = shard.pull.remote(0, 1, None, 0)  # the push of step 0 has not been sent yet
@@ -258,18 +333,33 @@ def test_step_delays_are_seeded_and_hit_about_the_given_share_of_steps():
     assert [other.next() for _ in range(2000)] != delays
 
 
-@pytest.mark.parametrize("override,message", [
-    ("server.num_shards=0", "server.num_shards: Input should be greater than 0"),
-    ("server.num_shards=10000000", "server.num_shards (10000000) is larger than the number of parameters"),
-    ("server.staleness_bound=-1", "server.staleness_bound: Input should be greater than or equal to 0"),
-    ("workers.num_workers=0", "workers.num_workers: Input should be greater than 0"),
-    ("server.optimizer=lamb", "server.optimizer: Input should be 'sgd' or 'adam'"),
-    ("model.batch_norm=true", "shares parameters, not BatchNorm statistics"),
-    ("server.backup_workers=1", "server.backup_workers applies to server.mode=sync, not async"),
-    ("server.mode=sync server.backup_workers=2", "server.backup_workers (2) must be smaller than workers.num_workers (2)"),
-    ("workers.transient_delay_probability=0.2", "workers.transient_delay_probability needs workers.transient_delay_s > 0"),
-    ("server.mode=sync workers.weight_prediction=true", "workers.weight_prediction applies to server.mode=async or ssp"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("server.num_shards=0", "server.num_shards: Input should be greater than 0"),
+        (
+            "server.num_shards=10000000",
+            "server.num_shards (10000000) is larger than the number of parameters",
+        ),
+        ("server.staleness_bound=-1", "server.staleness_bound: Input should be greater than or equal to 0"),
+        ("workers.num_workers=0", "workers.num_workers: Input should be greater than 0"),
+        ("server.optimizer=lamb", "server.optimizer: Input should be 'sgd' or 'adam'"),
+        ("model.batch_norm=true", "shares parameters, not BatchNorm statistics"),
+        ("server.backup_workers=1", "server.backup_workers applies to server.mode=sync, not async"),
+        (
+            "server.mode=sync server.backup_workers=2",
+            "server.backup_workers (2) must be smaller than workers.num_workers (2)",
+        ),
+        (
+            "workers.transient_delay_probability=0.2",
+            "workers.transient_delay_probability needs workers.transient_delay_s > 0",
+        ),
+        (
+            "server.mode=sync workers.weight_prediction=true",
+            "workers.weight_prediction applies to server.mode=async or ssp",
+        ),
+    ],
+)
 def test_bad_input_is_rejected_before_anything_starts(override, message):
     with pytest.raises(ConfigError) as err:
         load_config(AsyncSGDConfig, CONFIG, override.split(), preflight=check_runnable)
@@ -277,16 +367,25 @@ def test_bad_input_is_rejected_before_anything_starts(override, message):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["ssp", "sync"])  # async: a worker's clock only; its shards keep no rounds or bound
+@pytest.mark.parametrize(
+    "mode", ["ssp", "sync"]
+)  # async: a worker's clock only; its shards keep no rounds or bound
 def test_workers_join_and_leave_while_training(ray_cluster, tmp_path, mode):
-    result = run_async_sgd(_config(
-        tmp_path, "data.num_samples=4000", "model={name: mlp, hidden: [64]}", "workers.batch_size=32",
-        # The first workers must train for longer than 3 s, and for as long as a new worker's process takes
-        # to start on a loaded machine (over 13 s seen; 3.7 s on an idle one, when 12 epochs of sync
-        # rounds took 5.4 s), so no time budget here: epochs.
-        "workers.epochs=30", "run.eval_every_s=0.2",
-        f"server.mode={mode}", "workers.scaling=[{at_s: 1.5, workers: 3}, {at_s: 3, workers: 1}]",
-    ))
+    result = run_async_sgd(
+        _config(
+            tmp_path,
+            "data.num_samples=4000",
+            "model={name: mlp, hidden: [64]}",
+            "workers.batch_size=32",
+            # The first workers must train for longer than 3 s, and for as long as a new worker's process takes
+            # to start on a loaded machine (over 13 s seen; 3.7 s on an idle one, when 12 epochs of sync
+            # rounds took 5.4 s), so no time budget here: epochs.
+            "workers.epochs=30",
+            "run.eval_every_s=0.2",
+            f"server.mode={mode}",
+            "workers.scaling=[{at_s: 1.5, workers: 3}, {at_s: 3, workers: 1}]",
+        )
+    )
     kinds = [(e["event"], e["worker"]) for e in result.events]
     assert kinds == [("worker_added", 2), ("worker_removed", 2), ("worker_removed", 1)], result.events
     added, removed = result.events[0]["seconds"], result.events[1]["seconds"]
@@ -303,8 +402,16 @@ def test_workers_join_and_leave_while_training(ray_cluster, tmp_path, mode):
 
 
 def test_a_time_budget_ends_the_run_and_exports_the_model_as_it_stands(ray_cluster, tmp_path):
-    result = run_async_sgd(_config(tmp_path, *TINY, "server.mode=async", "workers.epochs=1000", "run.eval_every_s=0.2",
-                                   "run.max_seconds=2"))
+    result = run_async_sgd(
+        _config(
+            tmp_path,
+            *TINY,
+            "server.mode=async",
+            "workers.epochs=1000",
+            "run.eval_every_s=0.2",
+            "run.max_seconds=2",
+        )
+    )
     (stop,) = [e for e in result.events if e["event"] == "stopped_at_time"]
     assert 2 <= stop["seconds"] < 4 and 0 < stop["updates"] < 1000 * 20, stop  # 20 steps an epoch
     assert result.curve[-1]["seconds"] == stop["seconds"]
@@ -317,10 +424,16 @@ def test_a_time_budget_ends_the_run_and_exports_the_model_as_it_stands(ray_clust
 
 
 def test_run_stops_once_the_target_accuracy_is_reached(ray_cluster, tmp_path):
-    result = run_async_sgd(_config(
-        tmp_path, "data.num_samples=4000", "model={name: mlp, hidden: [64]}", "workers.epochs=200",
-        "run.eval_every_s=0.3", "run.stop_at_accuracy=0.4",
-    ))
+    result = run_async_sgd(
+        _config(
+            tmp_path,
+            "data.num_samples=4000",
+            "model={name: mlp, hidden: [64]}",
+            "workers.epochs=200",
+            "run.eval_every_s=0.3",
+            "run.stop_at_accuracy=0.4",
+        )
+    )
     (stop,) = [e for e in result.events if e["event"] == "stopped_at_accuracy"]
     assert stop["test_accuracy"] >= 0.4 and result.test_accuracy >= 0.4
     planned = 200 * 2000 // 64  # steps per worker; far more than it took
@@ -333,8 +446,11 @@ def test_a_run_the_cluster_cannot_place_fails_clearly_and_frees_what_it_reserved
 
     total = ray.cluster_resources()["CPU"]
     with pytest.raises(RuntimeError, match=r"placement_timeout_s=2 s: it needs 8.02 CPUs in 10 bundles"):
-        run_async_sgd(_config(tmp_path, *TINY, "workers.num_workers=8", "server.num_shards=2",
-                              "run.placement_timeout_s=2"))
+        run_async_sgd(
+            _config(
+                tmp_path, *TINY, "workers.num_workers=8", "server.num_shards=2", "run.placement_timeout_s=2"
+            )
+        )
     deadline = time.time() + 10  # the group is removed: a later run gets every CPU back
     while ray.available_resources().get("CPU", 0) < total and time.time() < deadline:
         time.sleep(0.2)
@@ -352,9 +468,18 @@ def test_the_language_model_trains_on_parameter_servers_below_the_unigram_entrop
     from scaleforge.data.in_memory import load_in_memory
     from scaleforge.text.tokenizer import unigram_bits_per_byte
 
-    cfg = load_config(AsyncSGDConfig, REPO / "configs/async_sgd_lm.yaml", [
-        f"run.output_dir={tmp_path / 'out'}", f"artifact.dir={tmp_path / 'artifact'}", f"server.mode={mode}",
-        "data.max_train_bytes=154000", "data.max_validation_bytes=30000"], preflight=check_runnable)
+    cfg = load_config(
+        AsyncSGDConfig,
+        REPO / "configs/async_sgd_lm.yaml",
+        [
+            f"run.output_dir={tmp_path / 'out'}",
+            f"artifact.dir={tmp_path / 'artifact'}",
+            f"server.mode={mode}",
+            "data.max_train_bytes=154000",
+            "data.max_validation_bytes=30000",
+        ],
+        preflight=check_runnable,
+    )
     result = run_async_sgd(cfg)  # 2,406 windows of 64 bytes, half a worker
     data = load_in_memory(cfg.data)
     corpus = np.concatenate([data.x.ravel(), data.x_test.ravel()]).astype(np.uint8).tobytes()

@@ -13,8 +13,20 @@ from scaleforge.paramserver.shard import ParameterShard
 @pytest.fixture
 def shards(ray_cluster):
     """Two async SGD shards (lr 0.5, no momentum) over a 6-element vector."""
-    actors = [ParameterShard.remote(i, np.zeros(3, np.float32), optimizer="sgd", lr=0.5, momentum=0.0, mode="async",
-                                    num_workers=1, staleness_bound=0, staleness_aware_lr=False) for i in range(2)]
+    actors = [
+        ParameterShard.remote(
+            i,
+            np.zeros(3, np.float32),
+            optimizer="sgd",
+            lr=0.5,
+            momentum=0.0,
+            mode="async",
+            num_workers=1,
+            staleness_bound=0,
+            staleness_aware_lr=False,
+        )
+        for i in range(2)
+    ]
     yield actors
     for actor in actors:
         ray_cluster.kill(actor)

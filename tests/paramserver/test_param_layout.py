@@ -42,4 +42,6 @@ def test_a_shard_rebuilds_exactly_the_initial_slice_the_driver_made():
     for start, stop in layout.shard_ranges(3):
         rebuilt = InitialSlice(spec.model_dump(mode="json"), 7, 40, 10, start, stop).values()
         np.testing.assert_array_equal(rebuilt, flat[start:stop])
-    assert not np.array_equal(InitialSlice(spec.model_dump(mode="json"), 8, 40, 10, 0, 10).values(), flat[:10])
+    assert not np.array_equal(
+        InitialSlice(spec.model_dump(mode="json"), 8, 40, 10, 0, 10).values(), flat[:10]
+    )

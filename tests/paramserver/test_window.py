@@ -14,8 +14,18 @@ from scaleforge.paramserver.window import SharedSlice, WindowReader, window_path
 
 
 def _shard(size: int, token: str):
-    return ParameterShard.remote(0, np.zeros(size, np.float32), optimizer="sgd", lr=1.0, momentum=0.0, mode="async",
-                                 num_workers=1, staleness_bound=0, staleness_aware_lr=False, run_token=token)
+    return ParameterShard.remote(
+        0,
+        np.zeros(size, np.float32),
+        optimizer="sgd",
+        lr=1.0,
+        momentum=0.0,
+        mode="async",
+        num_workers=1,
+        staleness_bound=0,
+        staleness_aware_lr=False,
+        run_token=token,
+    )
 
 
 def test_a_worker_on_the_shards_node_reads_shared_memory_and_one_elsewhere_gets_the_array(ray_cluster):
@@ -24,7 +34,11 @@ def test_a_worker_on_the_shards_node_reads_shared_memory_and_one_elsewhere_gets_
     try:
         ray.get(shard.push.remote(0, np.arange(4, dtype=np.float32), 0, 0, 0))
         note, version, slowest = ray.get(shard.pull.remote(0, 1, here))
-        assert isinstance(note, SharedSlice) and note.path == str(window_path(token, 0)) and (version, slowest) == (1, 1)
+        assert (
+            isinstance(note, SharedSlice)
+            and note.path == str(window_path(token, 0))
+            and (version, slowest) == (1, 1)
+        )
         out = np.empty(4, np.float32)
         assert WindowReader().copy(note, out) == 1
         np.testing.assert_array_equal(out, -np.arange(4))

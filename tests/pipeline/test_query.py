@@ -50,8 +50,16 @@ class ResettingServer:
                 return
             with conn:
                 head = conn.recv(65536)
-                length = int(next((line.split(b":")[1] for line in head.split(b"\r\n")
-                                   if line.lower().startswith(b"content-length")), b"0"))
+                length = int(
+                    next(
+                        (
+                            line.split(b":")[1]
+                            for line in head.split(b"\r\n")
+                            if line.lower().startswith(b"content-length")
+                        ),
+                        b"0",
+                    )
+                )
                 while len(head.split(b"\r\n\r\n", 1)[-1]) < length:
                     head += conn.recv(65536)
                 self.requests += 1
@@ -59,8 +67,11 @@ class ResettingServer:
                     conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     continue
                 body = json.dumps({"ok": self.requests}).encode()
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                             + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
 
     def close(self):
         self.sock.close()
@@ -70,19 +81,26 @@ def test_an_inference_request_whose_connection_is_reset_is_sent_again(capsys):
     server = ResettingServer(resets=2)
     try:
         with httpx.Client(base_url=server.url, timeout=10) as client:
-            response = post_idempotent(client, "/v2/models/cascade/infer", {"inputs": []}, "[query] cascade: rows 0+")
+            response = post_idempotent(
+                client, "/v2/models/cascade/infer", {"inputs": []}, "[query] cascade: rows 0+"
+            )
     finally:
         server.close()
     assert response.json() == {"ok": 3}
     retried = capsys.readouterr().out.splitlines()
-    assert len(retried) == 2 and all(line.startswith("[query] cascade: rows 0+: ReadError (") for line in retried)
+    assert len(retried) == 2 and all(
+        line.startswith("[query] cascade: rows 0+: ReadError (") for line in retried
+    )
     assert retried[0].endswith("sent again in 0.25 s") and retried[1].endswith("sent again in 0.5 s")
 
 
 def test_a_connection_reset_on_every_attempt_fails_the_request_with_the_transport_error():
     server = ResettingServer(resets=ATTEMPTS)
     try:
-        with httpx.Client(base_url=server.url, timeout=10) as client, pytest.raises(httpx.ReadError, match="reset"):
+        with (
+            httpx.Client(base_url=server.url, timeout=10) as client,
+            pytest.raises(httpx.ReadError, match="reset"),
+        ):
             post_idempotent(client, "/v2/models/moe/infer", {"inputs": []}, "[query] moe: rows 0+")
     finally:
         server.close()
@@ -103,8 +121,18 @@ class ClassifyingServer:
             def do_POST(self):
                 tensor = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["inputs"][0]
                 rows = np.asarray(tensor["data"], dtype=np.float32).reshape(tensor["shape"])
-                body = json.dumps({"outputs": [{"name": "class", "shape": [len(rows)], "datatype": "INT64",
-                                                "data": rows[:, 0].astype(int).tolist()}]}).encode()
+                body = json.dumps(
+                    {
+                        "outputs": [
+                            {
+                                "name": "class",
+                                "shape": [len(rows)],
+                                "datatype": "INT64",
+                                "data": rows[:, 0].astype(int).tolist(),
+                            }
+                        ]
+                    }
+                ).encode()
                 owner.requests += 1
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -137,8 +165,13 @@ def test_a_timed_query_sends_the_inputs_again_and_scores_the_first_pass(seconds)
     x[:, 0] = np.where(np.arange(100) < 75, y, (y + 1) % 10)  # the first 75 rows answer right
     servers = [ClassifyingServer(), ClassifyingServer()]
     try:
-        result = query_model([s.url for s in servers], "teacher", x, y,
-                             QuerySpec(batch_size=16, concurrency=3, seconds=seconds))
+        result = query_model(
+            [s.url for s in servers],
+            "teacher",
+            x,
+            y,
+            QuerySpec(batch_size=16, concurrency=3, seconds=seconds),
+        )
     finally:
         for server in servers:
             server.close()
@@ -150,4 +183,6 @@ def test_a_timed_query_sends_the_inputs_again_and_scores_the_first_pass(seconds)
     else:
         assert result.requests == 7  # 100 inputs in batches of 16
     sizes = [16] * 6 + [4]
-    assert result.inputs_per_s * result.seconds == pytest.approx(sum(sizes[i % 7] for i in range(result.requests)))
+    assert result.inputs_per_s * result.seconds == pytest.approx(
+        sum(sizes[i % 7] for i in range(result.requests))
+    )

@@ -15,7 +15,11 @@ def test_confidence_measures_rank_a_peaked_output_above_a_flat_one():
     assert confidence(probs, "max_prob").tolist() == pytest.approx([0.97, 0.45, 0.25])
     assert confidence(probs, "margin").tolist() == pytest.approx([0.96, 0.05, 0.0])
     entropy = confidence(probs, "entropy")
-    assert entropy[0] > 0.8 and entropy[0] > entropy[1] > entropy[2] and entropy[2] == pytest.approx(0.0, abs=1e-6)
+    assert (
+        entropy[0] > 0.8
+        and entropy[0] > entropy[1] > entropy[2]
+        and entropy[2] == pytest.approx(0.0, abs=1e-6)
+    )
     assert confidence(torch.eye(4), "entropy").tolist() == pytest.approx([1.0] * 4)
     with pytest.raises(ValueError, match="unknown confidence measure 'variance'"):
         confidence(probs, "variance")
@@ -55,8 +59,12 @@ def _stages(n=4000, seed=0):
 def test_calibration_meets_the_accuracy_target_with_the_fewest_escalations():
     probs, labels = _stages()
     teacher = float((probs[1].argmax(1) == labels).float().mean())
-    (threshold,) = calibrate_thresholds(probs, labels, "max_prob", target_accuracy=teacher - 0.01, safety_sd=0.0)
-    accuracy = lambda t: float((simulate_cascade(probs, [t], "max_prob").predictions == labels).float().mean())  # noqa: E731
+    (threshold,) = calibrate_thresholds(
+        probs, labels, "max_prob", target_accuracy=teacher - 0.01, safety_sd=0.0
+    )
+    accuracy = lambda t: float(
+        (simulate_cascade(probs, [t], "max_prob").predictions == labels).float().mean()
+    )  # noqa: E731
     assert accuracy(threshold) >= teacher - 0.01
     lower = confidence(probs[0], "max_prob")
     below = lower[lower < threshold].max()

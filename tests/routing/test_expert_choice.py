@@ -3,9 +3,15 @@
 import pytest
 import torch
 
-from scaleforge.models.moe_parts import combine_parts
 from scaleforge.models import MoESpec
-from scaleforge.routing import NoExpertAvailable, choose_experts, combine_outputs, fallback_order, uncomputed_experts
+from scaleforge.models.moe_parts import combine_parts
+from scaleforge.routing import (
+    NoExpertAvailable,
+    choose_experts,
+    combine_outputs,
+    fallback_order,
+    uncomputed_experts,
+)
 
 LOGITS = torch.tensor([[3.0, 2.0, 1.0, 0.0], [0.0, 1.0, 2.0, 3.0]])
 ALL = torch.ones(4, dtype=torch.bool)

@@ -11,7 +11,9 @@ def test_topk_picks_the_largest_and_renormalises():
     routing = topk_gate(logits, k=2)
     assert routing.experts.tolist() == [[1, 3]]
     probs = logits.softmax(-1)[0].tolist()
-    assert routing.weights[0].tolist() == pytest.approx([probs[1] / (probs[1] + probs[3]), probs[3] / (probs[1] + probs[3])])
+    assert routing.weights[0].tolist() == pytest.approx(
+        [probs[1] / (probs[1] + probs[3]), probs[3] / (probs[1] + probs[3])]
+    )
     assert topk_gate(logits, k=1).weights[0].item() == pytest.approx(probs[1])  # Switch: not renormalised
 
 

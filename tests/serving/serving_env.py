@@ -24,7 +24,9 @@ from scaleforge.quickfit import fit_and_save, fit_classifier
 
 STUDENT = CNN1dSpec(channels=[16, 32], hidden=64, pool=True)
 TEACHER = CNN1dSpec(channels=[32, 64, 64], hidden=128)
-MOE = MoESpec(stem_channels=[16, 16], d_model=32, num_experts=4, expert_hidden=32, top_k=2, aux_loss_weight=0.02)
+MOE = MoESpec(
+    stem_channels=[16, 16], d_model=32, num_experts=4, expert_hidden=32, top_k=2, aux_loss_weight=0.02
+)
 
 _CACHE: dict[str, dict[str, str]] = {}
 
@@ -54,8 +56,10 @@ def trained_models(factory: pytest.TempPathFactory) -> dict[str, str]:
 def _train(root: Path) -> dict[str, str]:
     torch.set_num_threads(2)
     data = mnist1d()
-    models = {"student": fit_and_save(root / "student", STUDENT, data, epochs=6),
-              "teacher": fit_and_save(root / "teacher", TEACHER, data, epochs=4)}
+    models = {
+        "student": fit_and_save(root / "student", STUDENT, data, epochs=6),
+        "teacher": fit_and_save(root / "teacher", TEACHER, data, epochs=4),
+    }
     moe = fit_classifier(MOE, data["x"], data["y"], epochs=6)
     # The whole model too (not served): tests compare the router's output with it.
     save_artifact(root / "moe", moe, MOE, input_dim=40, num_classes=10)
@@ -85,8 +89,10 @@ def running_serve(grpc_port: int | None = None) -> int:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
     else:
         serve.shutdown()  # a no-op where none runs; a running one keeps the options it started with
-        serve.start(http_options={"host": "127.0.0.1", "port": port},
-                    grpc_options=GrpcOptions(port=grpc_port).model_dump())
+        serve.start(
+            http_options={"host": "127.0.0.1", "port": port},
+            grpc_options=GrpcOptions(port=grpc_port).model_dump(),
+        )
     return port
 
 
@@ -101,11 +107,24 @@ def serve_args(models: dict[str, str], *, threshold: float = 0.8, token_file: st
     entries = [{"name": role, "artifact": path, **small_deployment()} for role, path in models.items()]
     return {
         "models": entries,
-        "cascades": [{"name": "cascade", "measure": "max_prob",
-                      "stages": [{"model": "student", "threshold": threshold}, {"model": "teacher"}]}],
-        "moe": [{"name": "moe", "gate": "moe-gate", "experts": experts, "top_k": 2,
-                 # 1 s was missed by a healthy expert on a loaded 2-core machine (the suite beside it)
-                 "expert_timeout_s": 5.0, "down_for_s": 30.0}],
+        "cascades": [
+            {
+                "name": "cascade",
+                "measure": "max_prob",
+                "stages": [{"model": "student", "threshold": threshold}, {"model": "teacher"}],
+            }
+        ],
+        "moe": [
+            {
+                "name": "moe",
+                "gate": "moe-gate",
+                "experts": experts,
+                "top_k": 2,
+                # 1 s was missed by a healthy expert on a loaded 2-core machine (the suite beside it)
+                "expert_timeout_s": 5.0,
+                "down_for_s": 30.0,
+            }
+        ],
         "ingress": small_deployment(max_ongoing_requests=64),
         "auth": {"token_file": token_file} if token_file else {},
         "limits": {"max_batch_size": 2048, "max_body_bytes": 2 * 1024 * 1024},
@@ -113,8 +132,10 @@ def serve_args(models: dict[str, str], *, threshold: float = 0.8, token_file: st
 
 
 def v2_body(x: np.ndarray, **parameters) -> dict:
-    return {"inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}],
-            "parameters": parameters}
+    return {
+        "inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}],
+        "parameters": parameters,
+    }
 
 
 def output(response: dict, name: str) -> np.ndarray:

@@ -2,10 +2,10 @@
 
 import pytest
 import yaml
+from serving_env import serve_args, trained_models
 
 import jobs.calibrate
 from scaleforge.config import ServeConfig, load_config
-from serving_env import serve_args, trained_models
 
 pytestmark = pytest.mark.slow  # trains the session's small models unless the HTTP tests already did
 
@@ -14,16 +14,20 @@ HEADER = "# python -m jobs.serve --config serve.yaml\n# kept on rewrite\n"
 
 def _serve_config(tmp_path, models):
     path = tmp_path / "serve.yaml"
-    config = {"http_options": {"host": "127.0.0.1", "port": 8123},
-              "applications": [{"name": "app", "args": serve_args(models, threshold=0.5)}]}
+    config = {
+        "http_options": {"host": "127.0.0.1", "port": 8123},
+        "applications": [{"name": "app", "args": serve_args(models, threshold=0.5)}],
+    }
     path.write_text(HEADER + yaml.safe_dump(config, sort_keys=False))
     return path
 
 
 def _calibrate_config(tmp_path, serve_path, **fields):
     path = tmp_path / "calibrate.yaml"
-    path.write_text("# python -m jobs.calibrate --config calibrate.yaml\n"
-                    + yaml.safe_dump({"serve_config": str(serve_path), **fields}))
+    path.write_text(
+        "# python -m jobs.calibrate --config calibrate.yaml\n"
+        + yaml.safe_dump({"serve_config": str(serve_path), **fields})
+    )
     return path
 
 

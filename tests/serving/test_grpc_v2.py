@@ -40,14 +40,26 @@ def test_raw_and_typed_contents_give_the_same_request_with_its_parameters():
     assert raw.parameters == {"trace": True, "min_confidence": 0.75, "max_stage": 1} and raw.id == "r-1"
 
 
-@pytest.mark.parametrize("change,message", [
-    (lambda r: r.raw_input_contents.append(b"\0" * 8), "2 raw_input_contents for 1 input(s)"),
-    (lambda r: r.inputs[0].contents.fp32_contents.append(1.0), "both contents and raw_input_contents"),
-    (lambda r: r.ClearField("raw_input_contents"), "no data (contents.fp32_contents or raw_input_contents)"),
-    (lambda r: r.parameters["trace"].CopyFrom(pb.InferParameter(int64_param=1)), "parameters.trace must be true or false"),
-    (lambda r: r.inputs.add(name="extra", datatype="FP32", shape=[1, 40]), "expected exactly 1 input tensor, got 2"),
-    (lambda r: setattr(r.inputs[0], "datatype", "FP64"), "datatype must be FP32, got 'FP64'"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda r: r.raw_input_contents.append(b"\0" * 8), "2 raw_input_contents for 1 input(s)"),
+        (lambda r: r.inputs[0].contents.fp32_contents.append(1.0), "both contents and raw_input_contents"),
+        (
+            lambda r: r.ClearField("raw_input_contents"),
+            "no data (contents.fp32_contents or raw_input_contents)",
+        ),
+        (
+            lambda r: r.parameters["trace"].CopyFrom(pb.InferParameter(int64_param=1)),
+            "parameters.trace must be true or false",
+        ),
+        (
+            lambda r: r.inputs.add(name="extra", datatype="FP32", shape=[1, 40]),
+            "expected exactly 1 input tensor, got 2",
+        ),
+        (lambda r: setattr(r.inputs[0], "datatype", "FP64"), "datatype must be FP32, got 'FP64'"),
+    ],
+)
 def test_bad_requests_are_refused_with_400_naming_the_problem(change, message):
     request = _request(np.zeros((3, 40), np.float32))
     change(request)
@@ -57,11 +69,17 @@ def test_bad_requests_are_refused_with_400_naming_the_problem(change, message):
 
 
 def test_the_response_carries_each_output_as_raw_little_endian_bytes():
-    outputs = {"class": np.array([3, 7]), "probabilities": np.full((2, 10), 0.1, np.float32),
-               "fallback": np.array([[True, False], [False, False]])}
+    outputs = {
+        "class": np.array([3, 7]),
+        "probabilities": np.full((2, 10), 0.1, np.float32),
+        "fallback": np.array([[True, False], [False, False]]),
+    }
     answer = grpc_v2.model_infer_response(infer_response("moe", "r-2", outputs, None, {"fallbacks": 1}))
     assert [(o.name, o.datatype, list(o.shape)) for o in answer.outputs] == [
-        ("class", "INT64", [2]), ("probabilities", "FP32", [2, 10]), ("fallback", "BOOL", [2, 2])]
+        ("class", "INT64", [2]),
+        ("probabilities", "FP32", [2, 10]),
+        ("fallback", "BOOL", [2, 2]),
+    ]
     assert np.frombuffer(answer.raw_output_contents[0], "<i8").tolist() == [3, 7]
     assert np.frombuffer(answer.raw_output_contents[2], "?").tolist() == [True, False, False, False]
     assert answer.id == "r-2" and answer.parameters["fallbacks"].int64_param == 1

@@ -15,18 +15,18 @@ import numpy as np
 import pytest
 import torch
 import yaml
-
 from conftest import REPO
+from serving_env import free_port, v2_body
+
+from scaleforge.artifacts.parts import save_moe_parts
 from scaleforge.artifacts.servable import load_servable
+from scaleforge.cluster import LocalHead
 from scaleforge.config import ServeConfig
 from scaleforge.data import load_mnist1d
-from scaleforge.artifacts.parts import save_moe_parts
-from scaleforge.cluster import LocalHead
 from scaleforge.deploy import direct_ingress_urls
 from scaleforge.models import MLPSpec, MoESpec
 from scaleforge.quickfit import fit_and_save, fit_classifier
 from scaleforge.storage import join
-from serving_env import free_port, v2_body
 
 pytestmark = pytest.mark.slow  # a Ray head of its own and Serve deployed to it (~40 s)
 
@@ -49,11 +49,29 @@ def installed(tmp_path_factory) -> Path:
     """The package as `pip install .` installs it, into a folder outside the repository."""
     source = tmp_path_factory.mktemp("source") / "scaleforge"
     # A copy, so that setuptools' build/ and egg-info neither land in nor come from the checkout.
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info",
-                                                                  "__pycache__", ".pytest_cache"))
+    shutil.copytree(
+        REPO,
+        source,
+        ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache"),
+    )
     target = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(source)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return target
 
 
@@ -63,59 +81,103 @@ def _env(target: Path) -> dict[str, str]:
 
 
 def test_both_packages_import_from_the_install_and_nothing_else(installed, tmp_path):
-    out = subprocess.run([sys.executable, "-c", _ONLY_INSTALLED, str(installed)], cwd=tmp_path, env=_env(installed),
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", _ONLY_INSTALLED, str(installed)],
+        cwd=tmp_path,
+        env=_env(installed),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert [Path(p).relative_to(installed).parts[0] for p in out.stdout.split()] == ["scaleforge", "serving"]
     assert not (installed / "jobs").exists() and not (installed / "tests").exists()
 
 
-def test_serve_deploy_serves_configs_serve_yaml_from_the_bucket_with_the_installed_package(installed, s3, tmp_path):
+def test_serve_deploy_serves_configs_serve_yaml_from_the_bucket_with_the_installed_package(
+    installed, s3, tmp_path
+):
     """``serve deploy`` of ``configs/serve.yaml`` (its artifacts in a bucket, two of its eight experts) to a
     running cluster whose Python has the installed package, from a folder that is not the repository.
     The cluster runs with ``RAY_SERVE_ENABLE_DIRECT_INGRESS=1``: the app's ingress replica also answers
     at a port of its own, found from the dashboard's Serve details, with the proxy's answers."""
     data = load_mnist1d(2000, 42, 0.2, "~/.cache/scaleforge")
     root = s3.uri("installed")
-    artifacts = {name: str(fit_and_save(join(root, name), MLPSpec(hidden=[hidden]), data, epochs=1))
-                 for name, hidden in (("student", 16), ("teacher", 32))}
+    artifacts = {
+        name: str(fit_and_save(join(root, name), MLPSpec(hidden=[hidden]), data, epochs=1))
+        for name, hidden in (("student", 16), ("teacher", 32))
+    }
     moe = MoESpec(stem_channels=[8], d_model=16, num_experts=2, expert_hidden=16, top_k=2)
-    parts = save_moe_parts(join(root, "moe"), fit_classifier(moe, data["x"], data["y"], epochs=1), moe,
-                           input_dim=40, num_classes=10, dataset={})
-    artifacts.update({"moe-gate": parts["gate"], **{f"moe-expert-{i}": p for i, p in enumerate(parts["experts"])}})
+    parts = save_moe_parts(
+        join(root, "moe"),
+        fit_classifier(moe, data["x"], data["y"], epochs=1),
+        moe,
+        input_dim=40,
+        num_classes=10,
+        dataset={},
+    )
+    artifacts.update(
+        {"moe-gate": parts["gate"], **{f"moe-expert-{i}": p for i, p in enumerate(parts["experts"])}}
+    )
     config = yaml.safe_load((REPO / "configs" / "serve.yaml").read_text())
     port = free_port()
     config["http_options"]["port"] = port
     args = config["applications"][0]["args"]
-    args["models"] = [{**m, "artifact": artifacts[m["name"]]} for m in args["models"] if m["name"] in artifacts]
+    args["models"] = [
+        {**m, "artifact": artifacts[m["name"]]} for m in args["models"] if m["name"] in artifacts
+    ]
     args["moe"][0]["experts"] = ["moe-expert-0", "moe-expert-1"]
     ServeConfig.model_validate(config)
     (tmp_path / "serve.yaml").write_text(yaml.safe_dump(config))
 
     cache = tmp_path / "node-cache"
-    environment = {"PYTHONPATH": str(installed), "SCALEFORGE_CACHE": str(cache), "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
+    environment = {
+        "PYTHONPATH": str(installed),
+        "SCALEFORGE_CACHE": str(cache),
+        "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+    }
     with LocalHead(num_cpus=4, environment=environment) as head:
         env = head.env()
-        deployed = subprocess.run([str(Path(sys.executable).with_name("serve")), "deploy", "serve.yaml",
-                                   "--address", head.dashboard_url], cwd=tmp_path, env=env, capture_output=True,
-                                  text=True, timeout=300)
+        deployed = subprocess.run(
+            [
+                str(Path(sys.executable).with_name("serve")),
+                "deploy",
+                "serve.yaml",
+                "--address",
+                head.dashboard_url,
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert deployed.returncode == 0, deployed.stdout[-2000:] + deployed.stderr[-2000:]
         x = data["x_test"][:8].astype(np.float32)
-        answers = {name: _first_answer(f"http://127.0.0.1:{port}/v2/models/{name}/infer", v2_body(x))
-                   for name in ("teacher", "cascade", "moe")}
-        details = httpx.get(f"{head.dashboard_url}/api/serve/applications/", timeout=30,
-                            headers={"Authorization": f"Bearer {head.token}"})
+        answers = {
+            name: _first_answer(f"http://127.0.0.1:{port}/v2/models/{name}/infer", v2_body(x))
+            for name in ("teacher", "cascade", "moe")
+        }
+        details = httpx.get(
+            f"{head.dashboard_url}/api/serve/applications/",
+            timeout=30,
+            headers={"Authorization": f"Bearer {head.token}"},
+        )
         assert details.status_code == 200, details.text
         direct = direct_ingress_urls(details.json())
         assert list(direct) == ["scaleforge"] and len(direct["scaleforge"]) == 1, direct
         direct_url = direct["scaleforge"][0]
         assert direct_url.startswith("http://127.0.0.1:") and not direct_url.endswith(f":{port}"), direct_url
-        directly = {name: httpx.post(f"{direct_url}/v2/models/{name}/infer", json=v2_body(x), timeout=60)
-                    for name in ("teacher", "cascade", "moe")}
+        directly = {
+            name: httpx.post(f"{direct_url}/v2/models/{name}/infer", json=v2_body(x), timeout=60)
+            for name in ("teacher", "cascade", "moe")
+        }
     for name, response in answers.items():
         assert response is not None and response.status_code == 200, (name, response and response.text)
-        assert directly[name].status_code == 200 and directly[name].json()["outputs"] == response.json()["outputs"], \
-            (name, directly[name].text)
+        assert (
+            directly[name].status_code == 200
+            and directly[name].json()["outputs"] == response.json()["outputs"]
+        ), (name, directly[name].text)
     classes = next(o for o in answers["teacher"].json()["outputs"] if o["name"] == "class")
     with torch.inference_mode():
         expected = load_servable(artifacts["teacher"]).module(torch.from_numpy(x)).argmax(dim=-1)

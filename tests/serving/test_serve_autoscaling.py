@@ -9,16 +9,23 @@ import time
 import httpx
 import pytest
 from ray import serve
+from serving_env import mnist1d, running_serve, small_deployment, trained_models, v2_body
 
 from serving.app import build_app
-from serving_env import mnist1d, running_serve, small_deployment, trained_models, v2_body
 
 APP = "sf-autoscale"
 CLIENTS = 3
 """Concurrent clients, each sending its next request when the last is answered: 3 ongoing requests against
 a target of 1 per replica asks for 3 replicas; more clients only take CPU from the replicas starting."""
-SCALING = {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 1, "upscale_delay_s": 1,
-           "downscale_delay_s": 4, "look_back_period_s": 2, "metrics_interval_s": 0.5}
+SCALING = {
+    "min_replicas": 1,
+    "max_replicas": 3,
+    "target_ongoing_requests": 1,
+    "upscale_delay_s": 1,
+    "downscale_delay_s": 4,
+    "look_back_period_s": 2,
+    "metrics_interval_s": 0.5,
+}
 
 
 def _running_replicas() -> int:
@@ -29,9 +36,17 @@ def _running_replicas() -> int:
 @pytest.mark.slow
 def test_replicas_follow_the_load_up_and_back_down(ray_cluster, tmp_path_factory):
     models = trained_models(tmp_path_factory)
-    args = {"models": [{"name": "teacher", "artifact": models["teacher"], "max_batch_size": 1,
-                        **small_deployment(autoscaling=SCALING)}],
-            "ingress": small_deployment(max_ongoing_requests=64)}
+    args = {
+        "models": [
+            {
+                "name": "teacher",
+                "artifact": models["teacher"],
+                "max_batch_size": 1,
+                **small_deployment(autoscaling=SCALING),
+            }
+        ],
+        "ingress": small_deployment(max_ongoing_requests=64),
+    }
     port = running_serve()
     serve.run(build_app(args), name=APP, route_prefix=f"/{APP}")
     try:
@@ -64,7 +79,9 @@ def test_replicas_follow_the_load_up_and_back_down(ray_cluster, tmp_path_factory
         while _running_replicas() > 1:
             assert time.time() < deadline, "replicas did not scale back down within 60 s of the load ending"
             time.sleep(1)
-        print(f"\nserve autoscaling: 1 -> {peak} replicas under {CLIENTS} clients ({len(statuses)} requests, all 200), "
-              "back to 1")
+        print(
+            f"\nserve autoscaling: 1 -> {peak} replicas under {CLIENTS} clients ({len(statuses)} requests, all 200), "
+            "back to 1"
+        )
     finally:
         serve.delete(APP)

@@ -2,10 +2,10 @@
 
 import pytest
 import yaml
+from conftest import REPO
 from pydantic import ValidationError
 from ray.serve.schema import ServeDeploySchema
 
-from conftest import REPO
 from scaleforge.config.serve import ServeArgs
 
 SERVE_YAML = REPO / "configs" / "serve.yaml"
@@ -23,17 +23,39 @@ def _args(**changes):
     return {**args, **changes}
 
 
-@pytest.mark.parametrize("changes,message", [
-    ({"cascades": [{"name": "c", "stages": [{"model": "student"}, {"model": "teacher"}]}]},
-     "stage 0 (student) needs a threshold"),
-    ({"cascades": [{"name": "c", "stages": [{"model": "student", "threshold": 0.5}, {"model": "ghost"}]}]},
-     "cascade 'c' names models that are not served: ghost"),
-    ({"moe": [{"name": "m", "gate": "moe-gate", "experts": ["moe-expert-0"], "top_k": 2}]},
-     "top_k (2) exceeds the number of experts (1)"),
-    ({"cascades": [{"name": "teacher", "stages": [{"model": "student", "threshold": 0.5}, {"model": "teacher"}]}]},
-     "names must be unique across models, cascades and moe: teacher"),
-    ({"auth": {"token_env": "A", "token_file": "b"}}, "give token_env or token_file, not both"),
-])
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        (
+            {"cascades": [{"name": "c", "stages": [{"model": "student"}, {"model": "teacher"}]}]},
+            "stage 0 (student) needs a threshold",
+        ),
+        (
+            {
+                "cascades": [
+                    {"name": "c", "stages": [{"model": "student", "threshold": 0.5}, {"model": "ghost"}]}
+                ]
+            },
+            "cascade 'c' names models that are not served: ghost",
+        ),
+        (
+            {"moe": [{"name": "m", "gate": "moe-gate", "experts": ["moe-expert-0"], "top_k": 2}]},
+            "top_k (2) exceeds the number of experts (1)",
+        ),
+        (
+            {
+                "cascades": [
+                    {
+                        "name": "teacher",
+                        "stages": [{"model": "student", "threshold": 0.5}, {"model": "teacher"}],
+                    }
+                ]
+            },
+            "names must be unique across models, cascades and moe: teacher",
+        ),
+        ({"auth": {"token_env": "A", "token_file": "b"}}, "give token_env or token_file, not both"),
+    ],
+)
 def test_args_errors_name_the_problem(changes, message):
     with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
         ServeArgs.model_validate(_args(**changes))
@@ -66,8 +88,15 @@ def _with_in_ingress(name: str, **fields) -> dict:
 
 def test_a_model_in_the_ingress_reserves_nothing_and_cannot_be_an_expert_or_hold_a_gpu():
     plain, inside = ServeArgs.model_validate(_args()), ServeArgs.model_validate(_with_in_ingress("student"))
-    assert inside.model("student").in_ingress and inside.cpus_asked == plain.cpus_asked - plain.model("student").cpus_asked
-    with pytest.raises(ValidationError, match=r"moe 'moe': moe-gate set in_ingress; a router calls its gate and experts"):
+    assert (
+        inside.model("student").in_ingress
+        and inside.cpus_asked == plain.cpus_asked - plain.model("student").cpus_asked
+    )
+    with pytest.raises(
+        ValidationError, match=r"moe 'moe': moe-gate set in_ingress; a router calls its gate and experts"
+    ):
         ServeArgs.model_validate(_with_in_ingress("moe-gate"))
-    with pytest.raises(ValidationError, match=r"model 'student': in_ingress runs it in the ingress replica on CPU"):
+    with pytest.raises(
+        ValidationError, match=r"model 'student': in_ingress runs it in the ingress replica on CPU"
+    ):
         ServeArgs.model_validate(_with_in_ingress("student", num_gpus=0.5))

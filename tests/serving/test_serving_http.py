@@ -21,13 +21,13 @@ import torch
 import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton
 from ray import serve
+from serving_env import free_port, mnist1d, output, running_serve, serve_args, trained_models, v2_body
 
 from scaleforge.artifacts import load_artifact
 from scaleforge.artifacts.servable import load_servable
 from scaleforge.routing import calibrate_thresholds
 from serving.app import build_app
 from serving.protocol import SERVER_TIMING, parse_server_timing
-from serving_env import free_port, mnist1d, output, running_serve, serve_args, trained_models, v2_body
 
 # Trains three small models and deploys nine replicas before the first test (about a minute idle).
 pytestmark = pytest.mark.slow
@@ -46,8 +46,9 @@ def server(ray_cluster, tmp_path_factory):
     grpc_port = free_port()
     port = running_serve(grpc_port=grpc_port)
     serve.run(build_app(args), name=APP, route_prefix="/")
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60,
-                          headers={"Authorization": f"Bearer {TOKEN}"})
+    client = httpx.Client(
+        base_url=f"http://127.0.0.1:{port}", timeout=60, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
     yield {"client": client, "port": port, "grpc_port": grpc_port, "models": models}
     client.close()
     serve.delete(APP)
@@ -69,9 +70,11 @@ def test_health_and_metadata_endpoints(server):
     assert client.get("/v2/health/live").json() == {"live": True}
     assert client.get("/v2/health/ready").json() == {"ready": True}
     assert client.get("/v2").json()["name"] == "scaleforge"
-    for name, kind, outputs in [("teacher", "model", ["class", "probabilities"]),
-                                ("cascade", "cascade", ["class", "probabilities", "stage", "confidence"]),
-                                ("moe", "moe", ["class", "probabilities", "experts", "fallback"])]:
+    for name, kind, outputs in [
+        ("teacher", "model", ["class", "probabilities"]),
+        ("cascade", "cascade", ["class", "probabilities", "stage", "confidence"]),
+        ("moe", "moe", ["class", "probabilities", "experts", "fallback"]),
+    ]:
         meta = client.get(f"/v2/models/{name}").json()
         assert meta["name"] == name and meta["platform"] == f"scaleforge-{kind}"
         assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 40]}]
@@ -114,11 +117,16 @@ def test_concurrent_requests_each_get_their_own_answers(server, data):
     sizes = [1, 7, 64, 3, 120, 16, 33, 2] * 3 + [2048, 900]
     starts = np.cumsum([0, *sizes[:-1]])
     with torch.inference_mode():
-        local = {role: load_servable(server["models"][role]).module(torch.from_numpy(data["x_test"])).softmax(1).numpy()
-                 for role in ("student", "teacher")}
+        local = {
+            role: load_servable(server["models"][role])
+            .module(torch.from_numpy(data["x_test"]))
+            .softmax(1)
+            .numpy()
+            for role in ("student", "teacher")
+        }
 
     def call(i: int) -> tuple[int, dict]:
-        x = data["x_test"][starts[i]:starts[i] + sizes[i]]
+        x = data["x_test"][starts[i] : starts[i] + sizes[i]]
         name = "teacher" if i % 2 else "cascade"
         return i, infer(server, name, x, **({"trace": True} if name == "cascade" else {}))
 
@@ -151,8 +159,13 @@ def test_tritonclient_calls_infer(server, data):
     assert set(result.as_numpy("stage").tolist()) <= {0, 1}
 
 
-@pytest.mark.parametrize("name,outputs", [("cascade", ("class", "probabilities", "stage", "confidence")),
-                                          ("moe", ("class", "probabilities", "experts", "fallback"))])
+@pytest.mark.parametrize(
+    "name,outputs",
+    [
+        ("cascade", ("class", "probabilities", "stage", "confidence")),
+        ("moe", ("class", "probabilities", "experts", "fallback")),
+    ],
+)
 def test_tritonclient_binary_tensors_get_the_answers_of_json(server, data, name, outputs):
     """The binary tensor extension both ways (INT64, FP32 and BOOL outputs), and mixed with JSON: the
     same answers as an all-JSON request."""
@@ -163,8 +176,13 @@ def test_tritonclient_binary_tensors_get_the_answers_of_json(server, data, name,
         tensor = triton.InferInput("input", list(x.shape), "FP32")
         tensor.set_data_from_numpy(x, binary_data=binary_in)
         wanted = [triton.InferRequestedOutput(o, binary_data=binary_out) for o in outputs]
-        result = client.infer(name, [tensor], outputs=wanted, parameters={"trace": True},
-                              headers={"Authorization": f"Bearer {TOKEN}"})
+        result = client.infer(
+            name,
+            [tensor],
+            outputs=wanted,
+            parameters={"trace": True},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
         return {o: result.as_numpy(o) for o in outputs}
 
     as_json = call(False, False)
@@ -173,12 +191,19 @@ def test_tritonclient_binary_tensors_get_the_answers_of_json(server, data, name,
         answer = call(binary_in, binary_out)
         for o in outputs:
             assert answer[o].dtype == as_json[o].dtype and answer[o].shape == as_json[o].shape, o
-            np.testing.assert_allclose(answer[o], as_json[o], atol=1e-6, err_msg=f"{o}, binary {binary_in, binary_out}")
+            np.testing.assert_allclose(
+                answer[o], as_json[o], atol=1e-6, err_msg=f"{o}, binary {binary_in, binary_out}"
+            )
     assert (as_json["class"] == data["y_test"][:48]).mean() > 0.8
 
 
-@pytest.mark.parametrize("name,outputs", [("cascade", ("class", "probabilities", "stage", "confidence")),
-                                          ("moe", ("class", "probabilities", "experts", "fallback"))])
+@pytest.mark.parametrize(
+    "name,outputs",
+    [
+        ("cascade", ("class", "probabilities", "stage", "confidence")),
+        ("moe", ("class", "probabilities", "experts", "fallback")),
+    ],
+)
 def test_tritonclient_over_grpc_gets_the_answers_of_json(server, data, name, outputs):
     """KServe V2's gRPC service through Serve's gRPC proxy: health, metadata and raw-tensor infer, the
     same answers as the JSON endpoint (INT64, FP32 and BOOL outputs), with the same bearer token."""
@@ -188,12 +213,20 @@ def test_tritonclient_over_grpc_gets_the_answers_of_json(server, data, name, out
     assert client.is_model_ready(name, headers=headers)
     meta = client.get_model_metadata(name, headers=headers, as_json=True)
     assert meta["platform"] == f"scaleforge-{name}" and [o["name"] for o in meta["outputs"]] == list(outputs)
-    assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": ["-1", "40"]}]  # int64 as JSON strings
+    assert meta["inputs"] == [
+        {"name": "input", "datatype": "FP32", "shape": ["-1", "40"]}
+    ]  # int64 as JSON strings
     x = data["x_test"][:48]
     tensor = triton_grpc.InferInput("input", list(x.shape), "FP32")
     tensor.set_data_from_numpy(x)
-    result = client.infer(name, [tensor], outputs=[triton_grpc.InferRequestedOutput(o) for o in outputs],
-                          parameters={"trace": True}, headers=headers, request_id="grpc-1")
+    result = client.infer(
+        name,
+        [tensor],
+        outputs=[triton_grpc.InferRequestedOutput(o) for o in outputs],
+        parameters={"trace": True},
+        headers=headers,
+        request_id="grpc-1",
+    )
     assert result.get_response().id == "grpc-1"
     as_json = infer(server, name, x, trace=True)
     for o in outputs:
@@ -213,7 +246,9 @@ def test_bad_grpc_calls_get_the_status_and_message_of_their_http_refusal(server,
 
         def call(rows: np.ndarray, shape=None, model="teacher", metadata=auth, raw=None):
             request = service_pb2.ModelInferRequest(model_name=model)
-            request.inputs.add(name="input", datatype="FP32", shape=list(rows.shape if shape is None else shape))
+            request.inputs.add(
+                name="input", datatype="FP32", shape=list(rows.shape if shape is None else shape)
+            )
             request.raw_input_contents.append(rows.astype("<f4").tobytes() if raw is None else raw)
             return stub.ModelInfer(request, metadata=metadata, timeout=60)
 
@@ -223,8 +258,11 @@ def test_bad_grpc_calls_get_the_status_and_message_of_their_http_refusal(server,
             (lambda: call(x, metadata=()), grpc.StatusCode.UNAUTHENTICATED, "missing bearer token"),
             (lambda: call(x, model="nope"), grpc.StatusCode.NOT_FOUND, "unknown model 'nope'"),
             (lambda: call(x, shape=[4, 39]), grpc.StatusCode.INVALID_ARGUMENT, "shape must be [batch, 40]"),
-            (lambda: call(x, raw=b"\0" * 12), grpc.StatusCode.INVALID_ARGUMENT,
-             "12 bytes of binary data, but its shape needs 160 FP32 values"),
+            (
+                lambda: call(x, raw=b"\0" * 12),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "12 bytes of binary data, but its shape needs 160 FP32 values",
+            ),
             (lambda: call(with_nan), grpc.StatusCode.INVALID_ARGUMENT, "1 value(s) are NaN or infinite"),
         ]
         for i, (bad, status, message) in enumerate(cases):
@@ -237,13 +275,18 @@ def test_bad_grpc_calls_get_the_status_and_message_of_their_http_refusal(server,
         assert classes.tolist() == output(infer(server, "teacher", x), "class").tolist()
 
 
-def _binary_body(x: np.ndarray, size: int | None = None, *, shape=None, data=None,
-                 extra: bytes = b"") -> tuple[bytes, str]:
+def _binary_body(
+    x: np.ndarray, size: int | None = None, *, shape=None, data=None, extra: bytes = b""
+) -> tuple[bytes, str]:
     """An infer request with ``x`` as binary data and its Inference-Header-Content-Length (``size``,
     ``shape``: the binary_data_size and shape it claims; ``extra``: bytes sent after the data)."""
     raw = x.astype("<f4").tobytes()
-    entry = {"name": "input", "shape": list(x.shape if shape is None else shape), "datatype": "FP32",
-             "parameters": {"binary_data_size": len(raw) if size is None else size}}
+    entry = {
+        "name": "input",
+        "shape": list(x.shape if shape is None else shape),
+        "datatype": "FP32",
+        "parameters": {"binary_data_size": len(raw) if size is None else size},
+    }
     header = json.dumps({"inputs": [entry | ({"data": data} if data is not None else {})]}).encode()
     return header + raw + extra, str(len(header))
 
@@ -258,11 +301,14 @@ def test_bad_binary_payloads_get_a_400_naming_the_problem(server, data):
         (body, str(len(body) + 1), f"Inference-Header-Content-Length is {len(body) + 1}, but the body has"),
         (body, str(int(length) - 3), "not valid JSON"),
         (body, None, "a body with binary tensors needs the Inference-Header-Content-Length header"),
-        (body[:int(length)], None, "binary_data_size without the Inference-Header-Content-Length header"),
+        (body[: int(length)], None, "binary_data_size without the Inference-Header-Content-Length header"),
         (*_binary_body(x, 700), "binary_data_size 700 runs past the 640 bytes after the JSON header"),
         (*_binary_body(x, 320), "320 byte(s) after the JSON header belong to no input"),
         (*_binary_body(x, extra=b"\0" * 8), "8 byte(s) after the JSON header belong to no input"),
-        (*_binary_body(x[:3], shape=[4, 40]), "480 bytes of binary data, but its shape needs 160 FP32 values"),
+        (
+            *_binary_body(x[:3], shape=[4, 40]),
+            "480 bytes of binary data, but its shape needs 160 FP32 values",
+        ),
         (*_binary_body(x, data=[0.0] * 160), "both JSON data and binary_data_size"),
         (*_binary_body(with_nan), "1 value(s) are NaN or infinite"),
     ]
@@ -272,16 +318,20 @@ def test_bad_binary_payloads_get_a_400_naming_the_problem(server, data):
         assert response.status_code == 400, (i, response.text)
         assert message in response.json()["error"], (i, response.json()["error"])
     # The well-formed body is answered, with its binary outputs after the JSON the header measures.
-    header = json.loads(body[:int(length)])
+    header = json.loads(body[: int(length)])
     header["outputs"] = [{"name": "class", "parameters": {"binary_data": True}}]
     header_bytes = json.dumps(header).encode()
-    response = client.post("/v2/models/teacher/infer", content=header_bytes + body[int(length):],
-                           headers={"Inference-Header-Content-Length": str(len(header_bytes))})
+    response = client.post(
+        "/v2/models/teacher/infer",
+        content=header_bytes + body[int(length) :],
+        headers={"Inference-Header-Content-Length": str(len(header_bytes))},
+    )
     assert response.status_code == 200, response.text
     json_length = int(response.headers["Inference-Header-Content-Length"])
     answer = json.loads(response.content[:json_length])
-    assert answer["outputs"] == [{"name": "class", "shape": [4], "datatype": "INT64",
-                                  "parameters": {"binary_data_size": 32}}]
+    assert answer["outputs"] == [
+        {"name": "class", "shape": [4], "datatype": "INT64", "parameters": {"binary_data_size": 32}}
+    ]
     classes = np.frombuffer(response.content[json_length:], "<i8")
     assert classes.tolist() == output(infer(server, "teacher", x), "class").tolist()
 
@@ -305,11 +355,17 @@ def test_cascade_quality_with_calibrated_thresholds(server, data):
     order = np.random.default_rng(0).permutation(len(data["y_test"]))
     calibration, held_out = order[:2000], order[2000:]
     with torch.inference_mode():
-        probs = [load_servable(server["models"][role]).module(torch.from_numpy(data["x_test"][calibration])).softmax(1)
-                 for role in ("student", "teacher")]
+        probs = [
+            load_servable(server["models"][role])
+            .module(torch.from_numpy(data["x_test"][calibration]))
+            .softmax(1)
+            for role in ("student", "teacher")
+        ]
     labels = torch.from_numpy(data["y_test"][calibration])
     teacher_cal = float((probs[1].argmax(1) == labels).float().mean())
-    (threshold,) = calibrate_thresholds(probs, labels, "max_prob", target_accuracy=teacher_cal - 0.005, safety_sd=2.0)
+    (threshold,) = calibrate_thresholds(
+        probs, labels, "max_prob", target_accuracy=teacher_cal - 0.005, safety_sd=2.0
+    )
 
     x, y = data["x_test"][held_out], data["y_test"][held_out]
     cascade = infer(server, "cascade", x, trace=True, min_confidence=threshold)
@@ -317,27 +373,53 @@ def test_cascade_quality_with_calibrated_thresholds(server, data):
     cascade_acc = (output(cascade, "class") == y).mean()
     teacher_acc = (output(teacher, "class") == y).mean()
     at_stage0 = (output(cascade, "stage") == 0).mean()
-    print(f"\ncascade: threshold {threshold:.3f}, {at_stage0:.1%} answered at stage 0, accuracy {cascade_acc:.4f}; "
-          f"teacher alone {teacher_acc:.4f}")
+    print(
+        f"\ncascade: threshold {threshold:.3f}, {at_stage0:.1%} answered at stage 0, accuracy {cascade_acc:.4f}; "
+        f"teacher alone {teacher_acc:.4f}"
+    )
     assert at_stage0 >= 0.60
     assert cascade_acc >= teacher_acc - 0.005
 
 
 BAD_REQUESTS = [
     ("wrong shape", lambda x: v2_body(x[:, :30]), 400, "shape must be [batch, 40]"),
-    ("wrong datatype", lambda x: {"inputs": [{**v2_body(x)["inputs"][0], "datatype": "INT32"}]}, 400,
-     "datatype must be FP32"),
-    ("NaN", lambda x: {"inputs": [{**v2_body(x)["inputs"][0], "data": [float("nan")] + x.ravel().tolist()[1:]}]},
-     400, "NaN or infinite"),
-    ("Inf", lambda x: {"inputs": [{**v2_body(x)["inputs"][0], "data": [float("inf")] + x.ravel().tolist()[1:]}]},
-     400, "NaN or infinite"),
+    (
+        "wrong datatype",
+        lambda x: {"inputs": [{**v2_body(x)["inputs"][0], "datatype": "INT32"}]},
+        400,
+        "datatype must be FP32",
+    ),
+    (
+        "NaN",
+        lambda x: {"inputs": [{**v2_body(x)["inputs"][0], "data": [float("nan")] + x.ravel().tolist()[1:]}]},
+        400,
+        "NaN or infinite",
+    ),
+    (
+        "Inf",
+        lambda x: {"inputs": [{**v2_body(x)["inputs"][0], "data": [float("inf")] + x.ravel().tolist()[1:]}]},
+        400,
+        "NaN or infinite",
+    ),
     ("empty batch", lambda x: v2_body(x[:0]), 400, "empty batch"),
-    ("batch over the limit", lambda x: v2_body(np.zeros((2049, 40), np.float32)), 400,
-     "batch of 2049 exceeds the limit of 2048"),
-    ("values missing", lambda x: {"inputs": [{**v2_body(x)["inputs"][0], "data": [1.0, 2.0]}]}, 400,
-     "needs 160 values"),
-    ("strings as data", lambda x: {"inputs": [{**v2_body(x)["inputs"][0], "data": ["a"] * 160}]}, 400,
-     "data must be numbers"),
+    (
+        "batch over the limit",
+        lambda x: v2_body(np.zeros((2049, 40), np.float32)),
+        400,
+        "batch of 2049 exceeds the limit of 2048",
+    ),
+    (
+        "values missing",
+        lambda x: {"inputs": [{**v2_body(x)["inputs"][0], "data": [1.0, 2.0]}]},
+        400,
+        "needs 160 values",
+    ),
+    (
+        "strings as data",
+        lambda x: {"inputs": [{**v2_body(x)["inputs"][0], "data": ["a"] * 160}]},
+        400,
+        "data must be numbers",
+    ),
     ("no inputs", lambda x: {"inputs": []}, 400, "invalid infer request: inputs"),
     ("bad parameter", lambda x: v2_body(x, top_k="two"), 400, "parameters.top_k must be an integer"),
 ]
@@ -347,8 +429,9 @@ BAD_REQUESTS = [
 def test_bad_input_gets_a_4xx_naming_the_problem(server, data, case, make, status, message):
     client = server["client"]
     x = data["x_test"][:4]
-    response = client.post("/v2/models/moe/infer", content=_json(make(x)),
-                           headers={"content-type": "application/json"})
+    response = client.post(
+        "/v2/models/moe/infer", content=_json(make(x)), headers={"content-type": "application/json"}
+    )
     assert response.status_code == status, response.text
     assert message in response.json()["error"]
     assert client.post("/v2/models/moe/infer", json=v2_body(x)).status_code == 200  # still answering
@@ -363,13 +446,26 @@ def test_transport_and_auth_errors(server, data):
     base = str(client.base_url)
     cases = [
         (client.post("/v2/models/teacher/infer", content=b"{not json"), 400, "not valid JSON"),
-        (client.post("/v2/models/teacher/infer", content=b"x" * (10 * 1024 * 1024)), 413, "exceeds the limit"),
+        (
+            client.post("/v2/models/teacher/infer", content=b"x" * (10 * 1024 * 1024)),
+            413,
+            "exceeds the limit",
+        ),
         (client.post("/v2/models/nope/infer", json=v2_body(x)), 404, "unknown model 'nope'"),
-        (client.post("/v2/models/cascade/infer", json=v2_body(x, max_stage=7)), 400, "max_stage must lie in [0, 1]"),
+        (
+            client.post("/v2/models/cascade/infer", json=v2_body(x, max_stage=7)),
+            400,
+            "max_stage must lie in [0, 1]",
+        ),
         (client.post("/v2/models/moe/infer", json=v2_body(x, top_k=5)), 400, "top_k must lie in [1, 4]"),
         (httpx.post(f"{base}/v2/models/teacher/infer", json=v2_body(x)), 401, "missing bearer token"),
-        (httpx.post(f"{base}/v2/models/teacher/infer", json=v2_body(x), headers={"Authorization": "Bearer nope"}),
-         401, "invalid bearer token"),
+        (
+            httpx.post(
+                f"{base}/v2/models/teacher/infer", json=v2_body(x), headers={"Authorization": "Bearer nope"}
+            ),
+            401,
+            "invalid bearer token",
+        ),
         (httpx.get(f"{base}/v2/models/teacher"), 401, "missing bearer token"),
     ]
     for response, status, message in cases:
@@ -405,10 +501,25 @@ def test_prometheus_counts_every_answer_by_status(server, data, metrics_port):
 def test_schemathesis_finds_no_server_errors(server, tmp_path):
     url = f"http://127.0.0.1:{server['port']}/openapi.json"
     run = subprocess.run(
-        [str(Path(sys.executable).with_name("st")), "run", url, "--checks", "not_a_server_error",
-         "--max-examples", "15", "--header", f"Authorization: Bearer {TOKEN}", "--generation-deterministic",
-         "--phases", "examples,fuzzing"],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path)  # its cache folder stays out of the repo
+        [
+            str(Path(sys.executable).with_name("st")),
+            "run",
+            url,
+            "--checks",
+            "not_a_server_error",
+            "--max-examples",
+            "15",
+            "--header",
+            f"Authorization: Bearer {TOKEN}",
+            "--generation-deterministic",
+            "--phases",
+            "examples,fuzzing",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )  # its cache folder stays out of the repo
     print(run.stdout[-1200:])
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "Tested: 6" in run.stdout
@@ -427,8 +538,11 @@ def test_moe_top_k_per_request_matches_the_whole_model(server, data):
 
 
 def _replicas(deployment: str) -> list:
-    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-             if a["name"].startswith(f"SERVE_REPLICA::{APP}#{deployment}#")]
+    names = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith(f"SERVE_REPLICA::{APP}#{deployment}#")
+    ]
     return [ray.get_actor(name, namespace="serve") for name in names]
 
 
@@ -461,7 +575,9 @@ def test_moe_falls_back_when_an_expert_replica_is_killed(server, data):
     experts, fallback = output(after, "experts"), output(after, "fallback")
     preferred_busiest = (output(before, "experts") == busiest).any(axis=1)
     assert busiest not in experts
-    assert fallback.any(axis=1)[preferred_busiest].all() and not fallback.any(axis=1)[~preferred_busiest].any()
+    assert (
+        fallback.any(axis=1)[preferred_busiest].all() and not fallback.any(axis=1)[~preferred_busiest].any()
+    )
     assert after["parameters"]["fallbacks"] == int(fallback.sum())
     assert (output(after, "class") == y).mean() > 0.85
 
@@ -472,8 +588,9 @@ def test_replica_killed_under_load(server, data):
     statuses, stop = [], threading.Event()
 
     def client_loop():
-        with httpx.Client(base_url=str(server["client"].base_url), timeout=60,
-                          headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+        with httpx.Client(
+            base_url=str(server["client"].base_url), timeout=60, headers={"Authorization": f"Bearer {TOKEN}"}
+        ) as client:
             while not stop.is_set():
                 statuses.append(client.post("/v2/models/teacher/infer", json=v2_body(x)).status_code)
 
@@ -492,7 +609,9 @@ def test_replica_killed_under_load(server, data):
     for thread in threads:
         thread.join()
     failures = [s for s in statuses if s != 200]
-    print(f"\nreplica killed under load: {len(statuses)} requests ({len(statuses) - at_kill} after the kill), "
-          f"{len(failures)} failed {sorted(set(failures))}")
+    print(
+        f"\nreplica killed under load: {len(statuses)} requests ({len(statuses) - at_kill} after the kill), "
+        f"{len(failures)} failed {sorted(set(failures))}"
+    )
     assert len(statuses) - at_kill >= 40
     assert failures == []

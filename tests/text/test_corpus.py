@@ -61,8 +61,12 @@ def test_a_parquet_column_of_documents_split_by_row(tmp_path):
     rows = corpus.train + corpus.validation
     assert len(rows) == 60 and corpus.validation and corpus.train
     assert b"".join(sorted(r.read() for r in rows)) == b"".join(sorted(d.encode() for d in documents[:60]))
-    assert corpus.fingerprint() == load_corpus(str(path), validation_fraction=0.1, column="body").fingerprint()
-    with pytest.raises(CorpusError, match=r"has no text column 'text' \(its columns: id, body\); set data.column"):
+    assert (
+        corpus.fingerprint() == load_corpus(str(path), validation_fraction=0.1, column="body").fingerprint()
+    )
+    with pytest.raises(
+        CorpusError, match=r"has no text column 'text' \(its columns: id, body\); set data.column"
+    ):
         load_corpus(str(path))
     with pytest.raises(CorpusError, match="has no text column 'id'"):
         load_corpus(str(path), column="id")

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import REPO
+
 from scaleforge.artifacts import load_artifact
 from scaleforge.config import TrainJobConfig, load_config
 from scaleforge.text.corpus import load_corpus
@@ -31,16 +31,21 @@ def _unigram_bits(data: bytes) -> float:
 
 @pytest.mark.slow
 def test_lm_tiny_learns_context_and_its_artifact_scores_text_as_reported(ray_cluster, tmp_path, capsys):
-    cfg = load_config(TrainJobConfig, REPO / "configs" / "train_lm_tiny.yaml",  # half its bytes, two epochs
-                      [f"storage={tmp_path}", "data.max_train_bytes=150000", "optim.epochs=2"])
+    cfg = load_config(
+        TrainJobConfig,
+        REPO / "configs" / "train_lm_tiny.yaml",  # half its bytes, two epochs
+        [f"storage={tmp_path}", "data.max_train_bytes=150000", "optim.epochs=2"],
+    )
     result = run_training(cfg)
     summary, console = result.summary(), capsys.readouterr().out
     print(console, summary)
     # Every 50 steps rank 0's throughput: tokens/s and model FLOP/s (6 N + 12 L d T per token).
-    assert re.search(r"\[train\] epoch 1 step 50/\d+  [\d,]+ tokens/s  \d+\.\d{3} model TFLOP/s", console), console
+    assert re.search(r"\[train\] epoch 1 step 50/\d+  [\d,]+ tokens/s  \d+\.\d{3} model TFLOP/s", console), (
+        console
+    )
     bits = result.metrics["bits_per_byte"]
     assert f"validation bits/byte {bits:.3f}" in summary
-    validation = load_corpus().read("validation")[:cfg.data.max_validation_bytes]
+    validation = load_corpus().read("validation")[: cfg.data.max_validation_bytes]
     unigram = _unigram_bits(validation)
     print(f"validation bits/byte {bits:.3f}, unigram entropy of the same bytes {unigram:.3f}")
     assert bits < unigram - 0.5  # it uses context: no byte-frequency model gets there
@@ -51,10 +56,15 @@ def test_lm_tiny_learns_context_and_its_artifact_scores_text_as_reported(ray_clu
     artifact = load_artifact(result.artifact)
     assert artifact.manifest["tokenizer"] == {"type": "bytes", "vocab_size": 256}
     assert artifact.manifest["dataset"]["fingerprint"] == load_corpus().fingerprint()
-    x, y = (torch.from_numpy(a).long() for a in windows(np.frombuffer(bytearray(validation), dtype=np.uint8), cfg.data.seq_len))
+    x, y = (
+        torch.from_numpy(a).long()
+        for a in windows(np.frombuffer(bytearray(validation), dtype=np.uint8), cfg.data.seq_len)
+    )
     with torch.no_grad():
-        nats = sum(F.cross_entropy(artifact.model(bx).flatten(0, 1), by.flatten(), reduction="sum").item()
-                   for bx, by in zip(x.split(256), y.split(256)))
+        nats = sum(
+            F.cross_entropy(artifact.model(bx).flatten(0, 1), by.flatten(), reduction="sum").item()
+            for bx, by in zip(x.split(256), y.split(256))
+        )
     assert nats / y.numel() / math.log(2) == pytest.approx(bits, abs=1e-4)
 
 
@@ -64,7 +74,10 @@ CASES = {
     ("configs/train_lm_tiny.yaml", "parallel.tp=2"): "parallel.tp (2) must divide model.num_heads (3)",
     ("configs/train_lm_tiny.yaml", "parallel.pp=2"): "parallel.pp (2) must be at most model.num_layers (1)",
     ("configs/train_lm_tiny.yaml", "parallel.fsdp=3"): "must divide scaling.num_workers (2)",
-    ("configs/train_lm_1b.yaml", "scaling.device_memory_gb=12"): "layout fsdp=4 x tp=2 needs 18.1 GB per device",
+    (
+        "configs/train_lm_1b.yaml",
+        "scaling.device_memory_gb=12",
+    ): "layout fsdp=4 x tp=2 needs 18.1 GB per device",
 }
 EXTRA = {"parallel.tp=2": ["model.num_heads=3", "model.d_model=66"], "parallel.pp=2": ["model.num_layers=1"]}
 
@@ -78,9 +91,15 @@ def test_bad_lm_input_is_one_line_before_ray_starts(tmp_path):
     procs = {}
     for (config, override), expected in CASES.items():
         overrides = [override.format(empty=empty), *EXTRA.get(override, [])]
-        command = [sys.executable, "-m", "jobs.train", "--config", config] + [a for o in overrides for a in ("--set", o)]
-        procs[override] = (expected, subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                                      stderr=subprocess.PIPE, text=True))
+        command = [sys.executable, "-m", "jobs.train", "--config", config] + [
+            a for o in overrides for a in ("--set", o)
+        ]
+        procs[override] = (
+            expected,
+            subprocess.Popen(
+                command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            ),
+        )
     for override, (expected, proc) in procs.items():
         out, err = proc.communicate(timeout=180)
         assert proc.returncode == 2, (override, err)
@@ -90,8 +109,13 @@ def test_bad_lm_input_is_one_line_before_ray_starts(tmp_path):
 
 
 def test_plan_prints_every_layout_and_refuses_one_that_does_not_fit():
-    plan = subprocess.run([sys.executable, "-m", "jobs.train", "--config", "configs/train_lm_1b.yaml", "--plan"],
-                          cwd=REPO, capture_output=True, text=True, timeout=180)
+    plan = subprocess.run(
+        [sys.executable, "-m", "jobs.train", "--config", "configs/train_lm_1b.yaml", "--plan"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert plan.returncode == 0, plan.stderr
     print(plan.stdout)
     lines = plan.stdout.splitlines()
@@ -103,9 +127,24 @@ def test_plan_prints_every_layout_and_refuses_one_that_does_not_fit():
     assert state["dp=8"] == pytest.approx(16 * 1_009.8e6 / 2**30, rel=0.01)
     assert state["fsdp=8"] == pytest.approx(state["dp=8"] / 8, rel=0.01)
     assert lines[-1] == "layout fsdp=4 x tp=2 needs 18.1 GB per device, within scaling.device_memory_gb (80)"
-    refused = subprocess.run([sys.executable, "-m", "jobs.train", "--config", "configs/train_lm_1b.yaml", "--plan",
-                              "--set", "scaling.device_memory_gb=12"], cwd=REPO, capture_output=True, text=True,
-                             timeout=180)
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jobs.train",
+            "--config",
+            "configs/train_lm_1b.yaml",
+            "--plan",
+            "--set",
+            "scaling.device_memory_gb=12",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert refused.returncode == 2
     assert "fsdp=4 x tp=2" in refused.stdout and "NO  <- this job" in refused.stdout
-    assert refused.stderr.strip().endswith("more than scaling.device_memory_gb (12); see --plan for layouts that fit")
+    assert refused.stderr.strip().endswith(
+        "more than scaling.device_memory_gb (12); see --plan for layouts that fit"
+    )

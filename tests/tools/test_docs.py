@@ -5,24 +5,30 @@ import re
 from typing import Annotated, Literal, Optional, Union
 
 import pytest
+from conftest import REPO
 from pydantic import BaseModel, ConfigDict, Field
 
-from conftest import REPO
 from scaleforge.config.reference import render
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # A repository path in prose or code: `tests/serving/test_serving_http.py`, `configs/serve.yaml`, `docs/results.md`.
 # Placeholders (`bench/results/<name>.failed`, `tests/<area>/test_*.py`) are not paths and do not match.
-REPO_PATH = re.compile(r"(?<![\w./-])((?:bench|configs|docs|jobs|platform|serving|tests)/[\w./-]*\w)(?![\w/<*-])")
+REPO_PATH = re.compile(
+    r"(?<![\w./-])((?:bench|configs|docs|jobs|platform|serving|tests)/[\w./-]*\w)(?![\w/<*-])"
+)
 TEST_NAME = re.compile(r"(?<![\w./-])((?:bench|tests)/[\w./-]*\.py)::(\w+)")
 LINK = re.compile(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)")
 
 
 def _anchors(page) -> set[str]:
     """GitHub's heading anchors (lower case, punctuation dropped, spaces to hyphens) and explicit ids."""
-    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.MULTILINE | re.DOTALL)  # shell comments are no headings
+    text = re.sub(
+        r"^```.*?^```", "", page.read_text(), flags=re.MULTILINE | re.DOTALL
+    )  # shell comments are no headings
     headings = re.findall(r"^#+ (.+)$", text, re.MULTILINE)
-    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings} | set(re.findall(r'id="([^"]+)"', text))
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings} | set(
+        re.findall(r'id="([^"]+)"', text)
+    )
 
 
 def test_the_readme_is_a_front_page_of_at_most_150_lines():
@@ -33,15 +39,28 @@ def test_the_readme_is_a_front_page_of_at_most_150_lines():
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
 def test_history_stays_in_the_commits(page):
     # A content digest ("sha256:881d66184cbe...", a corpus fingerprint in a benchmark's output) is no commit.
-    hashes = [h for h in re.findall(r"(?<!sha256:)\b[0-9a-f]{7,40}\b", page.read_text())
-              if re.search(r"[a-f]", h) and re.search(r"\d", h)]
-    assert not hashes, f"{page.relative_to(REPO)} names commits ({', '.join(hashes)}); history belongs in commit messages"
+    hashes = [
+        h
+        for h in re.findall(r"(?<!sha256:)\b[0-9a-f]{7,40}\b", page.read_text())
+        if re.search(r"[a-f]", h) and re.search(r"\d", h)
+    ]
+    assert not hashes, (
+        f"{page.relative_to(REPO)} names commits ({', '.join(hashes)}); history belongs in commit messages"
+    )
 
 
 def test_the_docs_pages_exist():
     names = {page.name for page in PAGES}
-    for page in ("training.md", "paramserver.md", "compression.md", "serving.md", "cluster.md", "artifacts.md",
-                 "config.md", "results.md"):
+    for page in (
+        "training.md",
+        "paramserver.md",
+        "compression.md",
+        "serving.md",
+        "cluster.md",
+        "artifacts.md",
+        "config.md",
+        "results.md",
+    ):
         assert page in names, f"docs/{page} is missing"
 
 
@@ -49,20 +68,35 @@ def test_the_docs_pages_exist():
 def test_every_path_and_link_in_the_docs_exists(page):
     text = page.read_text()
     missing = [path for path in REPO_PATH.findall(text) if not (REPO / path).exists()]
-    links = [((page.parent / link).resolve() if link else page, anchor) for link, anchor in LINK.findall(text) if "://" not in link]
+    links = [
+        ((page.parent / link).resolve() if link else page, anchor)
+        for link, anchor in LINK.findall(text)
+        if "://" not in link
+    ]
     missing += [str(target.relative_to(REPO)) for target, _ in links if not target.exists()]
-    missing += [f"{target.relative_to(REPO)}#{anchor}" for target, anchor in links
-                if anchor and target.exists() and anchor not in _anchors(target)]
-    assert not missing, f"{page.relative_to(REPO)} names paths or anchors that do not exist: {', '.join(sorted(set(missing)))}"
+    missing += [
+        f"{target.relative_to(REPO)}#{anchor}"
+        for target, anchor in links
+        if anchor and target.exists() and anchor not in _anchors(target)
+    ]
+    assert not missing, (
+        f"{page.relative_to(REPO)} names paths or anchors that do not exist: {', '.join(sorted(set(missing)))}"
+    )
     for path, name in TEST_NAME.findall(text):
-        assert re.search(rf"^\s*def {name}\b", (REPO / path).read_text(), re.MULTILINE), \
+        assert re.search(rf"^\s*def {name}\b", (REPO / path).read_text(), re.MULTILINE), (
             f"{page.relative_to(REPO)} cites {path}::{name}, which is not defined there"
+        )
 
 
 def test_the_config_reference_matches_the_schemas():
     committed, fresh = (REPO / "docs/config.md").read_text(), render()
-    diff = "\n".join(list(difflib.unified_diff(committed.splitlines(), fresh.splitlines(), "docs/config.md",
-                                               "the schemas", lineterm=""))[:20])
+    diff = "\n".join(
+        list(
+            difflib.unified_diff(
+                committed.splitlines(), fresh.splitlines(), "docs/config.md", "the schemas", lineterm=""
+            )
+        )[:20]
+    )
     assert committed == fresh, f"docs/config.md differs from the schemas; run `make docs`:\n{diff}"
 
 
@@ -109,8 +143,13 @@ class _Basket(BaseModel):
 def test_a_schema_is_walked_through_unions_lists_and_base_classes():
     text = render({"jobs.basket": _Basket})
     assert "## `jobs.basket` (_Basket)\n\nA toy job schema." in text
-    assert "| `fruit` | one of [`apple`](#jobs-basket-fruit-apple), [`pear`](#jobs-basket-fruit-pear) (chosen by `kind`) | `pear` |" in text
-    assert "| `extras` | non-empty list of [`_Base`](#jobs-basket-extras) | `[]` | More of the base. |" in text
+    assert (
+        "| `fruit` | one of [`apple`](#jobs-basket-fruit-apple), [`pear`](#jobs-basket-fruit-pear) (chosen by `kind`) | `pear` |"
+        in text
+    )
+    assert (
+        "| `extras` | non-empty list of [`_Base`](#jobs-basket-extras) | `[]` | More of the base. |" in text
+    )
     assert "| `weight` | `float` >= 0 or null | `null` |  |" in text
     assert "| `fruit.size` | `int` > 0 | `3` | Base size. |" in text  # docstrings found in the base class
     assert "| `fruit.label` | `str` | `apple` | The apple's own label. |" in text  # the subclass's own wins

@@ -11,8 +11,16 @@ from scaleforge.distributed import ParallelDims
 from scaleforge.distributed.strategy import Batch
 from scaleforge.models import MoESpec, build_model
 from scaleforge.models.moe import moe_layers
-from scaleforge.train.hooks import (Distillation, ExpertLoad, Hooks, KillWorker, TrainHook, WorkerContext,
-                                    default_hooks, distillation_loss)
+from scaleforge.train.hooks import (
+    Distillation,
+    ExpertLoad,
+    Hooks,
+    KillWorker,
+    TrainHook,
+    WorkerContext,
+    default_hooks,
+    distillation_loss,
+)
 
 
 class _Replicated:
@@ -23,14 +31,22 @@ class _Replicated:
 
 
 def _ctx(module=None, rank=0, world=1, start_epoch=0, steps=10):
-    return WorkerContext(rank=rank, world=world, start_epoch=start_epoch, steps_per_epoch=steps,
-                         model=_Replicated(module), progress=None)
+    return WorkerContext(
+        rank=rank,
+        world=world,
+        start_epoch=start_epoch,
+        steps_per_epoch=steps,
+        model=_Replicated(module),
+        progress=None,
+    )
 
 
 def test_distillation_replaces_the_task_loss_with_hintons_loss():
     generator = torch.Generator().manual_seed(0)
     logits, teacher = torch.randn(8, 10, generator=generator), torch.randn(8, 10, generator=generator)
-    batch = Batch(torch.zeros(8, 40), torch.randint(0, 10, (8,), generator=generator), {"teacher_logits": teacher})
+    batch = Batch(
+        torch.zeros(8, 40), torch.randint(0, 10, (8,), generator=generator), {"teacher_logits": teacher}
+    )
     hook = Distillation(temperature=4.0, alpha=0.7)
     loss = Hooks([hook]).loss_fn(lambda: 0.0)(logits, batch)
     assert loss.item() == pytest.approx(distillation_loss(logits, teacher, batch.y, 4.0, 0.7).item())
@@ -46,8 +62,11 @@ def test_distillation_replaces_the_task_loss_with_hintons_loss():
 
 def test_expert_load_counts_the_epochs_routing_and_resets_between_epochs():
     torch.manual_seed(0)
-    model = build_model(MoESpec(stem_channels=[8], d_model=16, num_experts=4, expert_hidden=8, top_k=2,
-                                capacity_factor=1.0), 40, 10)
+    model = build_model(
+        MoESpec(stem_channels=[8], d_model=16, num_experts=4, expert_hidden=8, top_k=2, capacity_factor=1.0),
+        40,
+        10,
+    )
     hook, ctx = ExpertLoad(), _ctx(model)
     hook.on_epoch_start(ctx, 0)
     model(torch.randn(64, 40))
@@ -56,7 +75,9 @@ def test_expert_load_counts_the_epochs_routing_and_resets_between_epochs():
     assert sum(metrics["expert_counts"]) == int(layer.routed - layer.dropped) > 0
     assert metrics["expert_dropped_fraction"] == pytest.approx(float(layer.dropped / layer.routed))
     counts = torch.tensor(metrics["expert_counts"], dtype=torch.float64)
-    assert metrics["expert_load_cv"] == pytest.approx((counts.std(unbiased=False) / counts.mean()).item(), rel=1e-5)
+    assert metrics["expert_load_cv"] == pytest.approx(
+        (counts.std(unbiased=False) / counts.mean()).item(), rel=1e-5
+    )
     assert hook.summary(metrics)[0].startswith(f"expert load: cv {metrics['expert_load_cv']:.3f}")
     hook.on_epoch_start(ctx, 1)
     assert float(layer.routed) == 0 and sum(layer.expert_counts.tolist()) == 0
@@ -65,8 +86,11 @@ def test_expert_load_counts_the_epochs_routing_and_resets_between_epochs():
 
 def test_kill_worker_fires_once_on_the_last_rank_halfway_through_its_epoch_of_the_first_attempt():
     hook, steps = KillWorker(epoch=3), 10
-    fired = [(rank, epoch, step) for rank, epoch, step in itertools.product(range(2), range(4), range(steps))
-             if hook.fires(_ctx(rank=rank, world=2, steps=steps), epoch, step)]
+    fired = [
+        (rank, epoch, step)
+        for rank, epoch, step in itertools.product(range(2), range(4), range(steps))
+        if hook.fires(_ctx(rank=rank, world=2, steps=steps), epoch, step)
+    ]
     assert fired == [(1, 2, 5)]
     resumed = _ctx(rank=1, world=2, start_epoch=2, steps=steps)  # the restarted run resumes at epoch 3
     assert not any(hook.fires(resumed, epoch, step) for epoch in range(2, 4) for step in range(steps))
@@ -74,6 +98,7 @@ def test_kill_worker_fires_once_on_the_last_rank_halfway_through_its_epoch_of_th
 
 def test_default_hooks_follow_the_config():
     from conftest import REPO
+
     from scaleforge.config import TrainJobConfig, load_config
 
     plain = load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", [])

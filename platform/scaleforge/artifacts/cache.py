@@ -21,7 +21,9 @@ from scaleforge.artifacts.layout import WEIGHTS, verify
 
 def cache_root() -> Path:
     """This node's artifact cache: ``$SCALEFORGE_CACHE/artifacts`` (``~/.cache/scaleforge/artifacts``)."""
-    return Path(os.environ.get("SCALEFORGE_CACHE") or "~/.cache/scaleforge").expanduser().resolve() / "artifacts"
+    return (
+        Path(os.environ.get("SCALEFORGE_CACHE") or "~/.cache/scaleforge").expanduser().resolve() / "artifacts"
+    )
 
 
 def cached_weights(location: storage.Location, manifest: dict[str, Any]) -> Path:
@@ -43,7 +45,9 @@ def cached_weights(location: storage.Location, manifest: dict[str, Any]) -> Path
         try:
             with os.fdopen(fd, "wb") as handle:
                 storage.download(storage.join(location, manifest["weights"]["file"]), handle)
-            verify(Path(staging), sha256, storage.describe(storage.join(location, manifest["weights"]["file"])))
+            verify(
+                Path(staging), sha256, storage.describe(storage.join(location, manifest["weights"]["file"]))
+            )
             target.parent.mkdir(exist_ok=True)
             os.replace(staging, target)
         finally:

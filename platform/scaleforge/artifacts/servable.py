@@ -28,8 +28,13 @@ class Servable:
 def load_servable(artifact: str | os.PathLike) -> Servable:
     """Load and checksum-verify an artifact for inference (no pickle)."""
     loaded = load_artifact(artifact)
-    return Servable(loaded.model.eval(), int(loaded.manifest["input_dim"]), int(loaded.manifest["num_classes"]),
-                    str(loaded.path), str(loaded.weights))
+    return Servable(
+        loaded.model.eval(),
+        int(loaded.manifest["input_dim"]),
+        int(loaded.manifest["num_classes"]),
+        str(loaded.path),
+        str(loaded.weights),
+    )
 
 
 def servable_shapes(artifact: str | os.PathLike) -> tuple[int, int]:

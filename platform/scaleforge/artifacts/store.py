@@ -74,8 +74,15 @@ def save_artifact(
     Returns:
         The artifact folder (absolute), or the URI as given.
     """
-    fields = dict(spec=spec, input_dim=input_dim, num_classes=num_classes, metrics=metrics, dataset=dataset,
-                  extra=extra, architecture=architecture)
+    fields = dict(
+        spec=spec,
+        input_dim=input_dim,
+        num_classes=num_classes,
+        metrics=metrics,
+        dataset=dataset,
+        extra=extra,
+        architecture=architecture,
+    )
     if is_uri(path):
         storage.resolve(path)  # a scheme this build cannot open fails here, naming the URI
         with tempfile.TemporaryDirectory(prefix="scaleforge-artifact-") as staging:
@@ -97,8 +104,9 @@ def save_artifact(
     return target
 
 
-def _write(staging: Path, model: nn.Module, *, spec, input_dim, num_classes, metrics, dataset, extra,
-           architecture) -> None:
+def _write(
+    staging: Path, model: nn.Module, *, spec, input_dim, num_classes, metrics, dataset, extra, architecture
+) -> None:
     """``model.safetensors`` then ``manifest.json`` (with the weights' sha256) into ``staging``."""
     tensors, layout = encode_state(model.state_dict())
     save_file(tensors, staging / WEIGHTS)
@@ -111,8 +119,11 @@ def _write(staging: Path, model: nn.Module, *, spec, input_dim, num_classes, met
         "parameters": count_weights(model),
         "metrics": metrics or {},
         "dataset": dataset or {},
-        "weights": {"file": WEIGHTS, "sha256": sha256_file(staging / WEIGHTS),
-                    "bytes": (staging / WEIGHTS).stat().st_size},
+        "weights": {
+            "file": WEIGHTS,
+            "sha256": sha256_file(staging / WEIGHTS),
+            "bytes": (staging / WEIGHTS).stat().st_size,
+        },
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "scaleforge_version": scaleforge.__version__,
         **compressed,
@@ -169,16 +180,20 @@ def read_manifest(folder: Location) -> dict[str, Any]:
     manifest_path = storage.join(folder, MANIFEST)
     if not storage.is_file(manifest_path):
         if storage.is_file(storage.join(folder, WEIGHTS)):
-            raise ArtifactError(f"{where}: incomplete artifact ({WEIGHTS} without {MANIFEST}: its upload did not "
-                                "finish), refusing to load")
+            raise ArtifactError(
+                f"{where}: incomplete artifact ({WEIGHTS} without {MANIFEST}: its upload did not "
+                "finish), refusing to load"
+            )
         raise ArtifactError(f"{where}: not a model artifact (no {MANIFEST})")
     try:
         manifest = json.loads(storage.read_text(manifest_path))
     except json.JSONDecodeError as err:
         raise ArtifactError(f"{storage.describe(manifest_path)}: invalid JSON ({err})") from None
     if manifest.get("format") != FORMAT:
-        raise ArtifactError(f"{storage.describe(manifest_path)}: unknown format {manifest.get('format')!r}, "
-                            f"expected {FORMAT!r}")
+        raise ArtifactError(
+            f"{storage.describe(manifest_path)}: unknown format {manifest.get('format')!r}, "
+            f"expected {FORMAT!r}"
+        )
     return manifest
 
 

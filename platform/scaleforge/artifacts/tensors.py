@@ -43,7 +43,10 @@ def _encode(key: str, value: Any, tensors: dict[str, torch.Tensor]):
     if value is None:
         return {"kind": "none"}
     if isinstance(value, tuple):
-        return {"kind": "tuple", "items": [_encode(f"{key}.{i}", item, tensors) for i, item in enumerate(value)]}
+        return {
+            "kind": "tuple",
+            "items": [_encode(f"{key}.{i}", item, tensors) for i, item in enumerate(value)],
+        }
     value = value.detach().cpu()
     if not value.is_quantized:
         tensors[key] = value.contiguous()
@@ -68,8 +71,9 @@ def _decode(key: str, entry: dict[str, Any] | None, tensors: dict[str, torch.Ten
         return tuple(_decode(f"{key}.{i}", item, tensors) for i, item in enumerate(entry["items"]))
     # Rebuilt from the integer values themselves (int8 -> qint8, uint8 -> quint8), so bit-exact.
     if "axis" in entry:
-        return torch._make_per_channel_quantized_tensor(tensors[key], tensors[key + _SCALES],
-                                                        tensors[key + _ZEROS], entry["axis"])
+        return torch._make_per_channel_quantized_tensor(
+            tensors[key], tensors[key + _SCALES], tensors[key + _ZEROS], entry["axis"]
+        )
     return torch._make_per_tensor_quantized_tensor(tensors[key], entry["scale"], entry["zero_point"])
 
 

@@ -60,21 +60,31 @@ def _project_problems(config: dict[str, Any]) -> list[str]:
     problems = []
     head_commands = " ".join(config.get("head_start_ray_commands", []))
     if "--dashboard-host" in head_commands and "--dashboard-host=127.0.0.1" not in head_commands:
-        problems.append("head_start_ray_commands: the dashboard must listen on 127.0.0.1 "
-                        "(reach it with `ray dashboard cluster.yaml`), not on a public interface")
+        problems.append(
+            "head_start_ray_commands: the dashboard must listen on 127.0.0.1 "
+            "(reach it with `ray dashboard cluster.yaml`), not on a public interface"
+        )
     for name, node_type in config["available_node_types"].items():
         resources = node_type.get("resources") or {}
         if name != config["head_node_type"] and "CPU" not in resources:
-            problems.append(f"available_node_types.{name}.resources: declare CPU (and GPU) so the autoscaler "
-                            "knows what the node offers before launching it")
+            problems.append(
+                f"available_node_types.{name}.resources: declare CPU (and GPU) so the autoscaler "
+                "knows what the node offers before launching it"
+            )
         instance = str((node_type.get("node_config") or {}).get("InstanceType", ""))
         if _GPU_INSTANCE.match(instance) and not resources.get("GPU"):
-            problems.append(f"available_node_types.{name}.resources: {instance} has GPUs; declare them as GPU: <count>")
+            problems.append(
+                f"available_node_types.{name}.resources: {instance} has GPUs; declare them as GPU: <count>"
+            )
     return problems
 
 
-def simulated_config(config: dict[str, Any], *, idle_timeout_minutes: Optional[float] = None,
-                     max_workers_per_type: Optional[int] = None) -> dict[str, Any]:
+def simulated_config(
+    config: dict[str, Any],
+    *,
+    idle_timeout_minutes: Optional[float] = None,
+    max_workers_per_type: Optional[int] = None,
+) -> dict[str, Any]:
     """A ``fake_multinode`` autoscaler config with ``config``'s node types, for one machine.
 
     Each worker node type keeps its declared resources (logical CPUs and GPUs: a fake node is a
@@ -84,8 +94,11 @@ def simulated_config(config: dict[str, Any], *, idle_timeout_minutes: Optional[f
     """
     head = config["head_node_type"]
     node_types = {
-        "ray.head.default": {"resources": dict(config["available_node_types"][head].get("resources") or {}),
-                             "node_config": {}, "max_workers": 0},
+        "ray.head.default": {
+            "resources": dict(config["available_node_types"][head].get("resources") or {}),
+            "node_config": {},
+            "max_workers": 0,
+        },
     }
     for name, node_type in config["available_node_types"].items():
         if name == head:
@@ -93,20 +106,38 @@ def simulated_config(config: dict[str, Any], *, idle_timeout_minutes: Optional[f
         max_workers = node_type.get("max_workers", config.get("max_workers", 2))
         if max_workers_per_type is not None:
             max_workers = min(max_workers, max_workers_per_type)
-        node_types[name] = {"resources": dict(node_type.get("resources") or {}), "node_config": {},
-                            "min_workers": node_type.get("min_workers", 0), "max_workers": max_workers}
+        node_types[name] = {
+            "resources": dict(node_type.get("resources") or {}),
+            "node_config": {},
+            "min_workers": node_type.get("min_workers", 0),
+            "max_workers": max_workers,
+        }
     return {
         "cluster_name": f"{config['cluster_name']}-simulated",
         "max_workers": config.get("max_workers", 2),
         "upscaling_speed": config.get("upscaling_speed", 1.0),
-        "idle_timeout_minutes": (config.get("idle_timeout_minutes", 5)
-                                 if idle_timeout_minutes is None else idle_timeout_minutes),
-        "provider": {"type": "fake_multinode", "use_node_id_as_ip": True, "disable_node_updaters": True,
-                     "disable_launch_config_check": True},
+        "idle_timeout_minutes": (
+            config.get("idle_timeout_minutes", 5) if idle_timeout_minutes is None else idle_timeout_minutes
+        ),
+        "provider": {
+            "type": "fake_multinode",
+            "use_node_id_as_ip": True,
+            "disable_node_updaters": True,
+            "disable_launch_config_check": True,
+        },
         "available_node_types": node_types,
         "head_node_type": "ray.head.default",
-        "auth": {}, "docker": {}, "file_mounts": {}, "cluster_synced_files": [],
-        "file_mounts_sync_continuously": False, "rsync_exclude": [], "rsync_filter": [],
-        "initialization_commands": [], "setup_commands": [], "head_setup_commands": [],
-        "worker_setup_commands": [], "head_start_ray_commands": [], "worker_start_ray_commands": [],
+        "auth": {},
+        "docker": {},
+        "file_mounts": {},
+        "cluster_synced_files": [],
+        "file_mounts_sync_continuously": False,
+        "rsync_exclude": [],
+        "rsync_filter": [],
+        "initialization_commands": [],
+        "setup_commands": [],
+        "head_setup_commands": [],
+        "worker_setup_commands": [],
+        "head_start_ray_commands": [],
+        "worker_start_ray_commands": [],
     }

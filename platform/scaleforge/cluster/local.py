@@ -51,8 +51,14 @@ class LocalHead:
             (e.g. ``PYTHONPATH`` of an installed package, as a node where it is installed has it).
     """
 
-    def __init__(self, num_cpus: float = 4, *, autoscaling_config: Optional[dict[str, Any]] = None,
-                 resources: Optional[dict[str, float]] = None, environment: Optional[dict[str, str]] = None):
+    def __init__(
+        self,
+        num_cpus: float = 4,
+        *,
+        autoscaling_config: Optional[dict[str, Any]] = None,
+        resources: Optional[dict[str, float]] = None,
+        environment: Optional[dict[str, str]] = None,
+    ):
         self.num_cpus, self.autoscaling_config, self.resources = num_cpus, autoscaling_config, resources or {}
         self.environment = environment or {}
         self.token = secrets.token_hex(32)
@@ -72,30 +78,51 @@ class LocalHead:
         """Environment for a driver or CLI call against this head (address and token set)."""
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         env.update(self.environment)
-        env.update(RAY_ADDRESS=self.gcs_address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.token,
-                   PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", **extra)
+        env.update(
+            RAY_ADDRESS=self.gcs_address,
+            RAY_AUTH_MODE="token",
+            RAY_AUTH_TOKEN=self.token,
+            PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+            **extra,
+        )
         return env
 
     def start(self, timeout_s: float = 120) -> "LocalHead":
         agent, agent_grpc, metrics, runtime_env, client = self._other_ports
-        command = [RAY, "start", "--head", "--block", f"--num-cpus={self.num_cpus}", "--disable-usage-stats",
-                   f"--temp-dir={self.temp_dir}", "--node-ip-address=127.0.0.1", f"--port={self.gcs_port}",
-                   "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}",
-                   f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
-                   f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}",
-                   f"--ray-client-server-port={client}"]
+        command = [
+            RAY,
+            "start",
+            "--head",
+            "--block",
+            f"--num-cpus={self.num_cpus}",
+            "--disable-usage-stats",
+            f"--temp-dir={self.temp_dir}",
+            "--node-ip-address=127.0.0.1",
+            f"--port={self.gcs_port}",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={self.dashboard_port}",
+            f"--dashboard-agent-listen-port={agent}",
+            f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--metrics-export-port={metrics}",
+            f"--runtime-env-agent-port={runtime_env}",
+            f"--ray-client-server-port={client}",
+        ]
         if self.resources:
             command.append(f"--resources={json.dumps(self.resources)}")
         env = self.env()
         env.pop("RAY_ADDRESS")
         if self.autoscaling_config is not None:
-            config = dict(self.autoscaling_config, provider={**self.autoscaling_config["provider"],
-                                                              "gcs_address": self.gcs_address})
+            config = dict(
+                self.autoscaling_config,
+                provider={**self.autoscaling_config["provider"], "gcs_address": self.gcs_address},
+            )
             path = Path(self.temp_dir) / "autoscaling.json"
             path.write_text(json.dumps(config))
             command.append(f"--autoscaling-config={path}")
             env.update(RAY_FAKE_CLUSTER="1", AUTOSCALER_UPDATE_INTERVAL_S="1")
-        self.process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         self._wait_for_dashboard(timeout_s)
         return self
 

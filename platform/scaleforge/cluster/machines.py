@@ -75,8 +75,12 @@ class Machines:
         # agent's 52365) are one per machine, and a node whose agent lost the port to another node or
         # cluster has no agent, so a job submitted to a head in that state is refused ("No available agent").
         agent, metrics, export, runtime_env = free_ports(4)
-        ports = {"dashboard_agent_listen_port": agent, "metrics_agent_port": metrics,
-                 "metrics_export_port": export, "runtime_env_agent_port": runtime_env}
+        ports = {
+            "dashboard_agent_listen_port": agent,
+            "metrics_agent_port": metrics,
+            "metrics_export_port": export,
+            "runtime_env_agent_port": runtime_env,
+        }
         with own_disk(self.root / name):
             node = self.cluster.add_node(temp_dir=folder, **{**ports, **node_args})
         # As `ray start` does: the node's folder names its cluster, which a job's driver joins ("auto");

@@ -10,5 +10,6 @@ from scaleforge.config.compress import CompressJobConfig
 from scaleforge.lazy import lazy_exports
 
 __all__ = ["CompressJobConfig", "CompressionResult", "run_compression"]
-__getattr__ = lazy_exports(__name__, {"CompressionResult": "scaleforge.compress.run",
-                                      "run_compression": "scaleforge.compress.run"})
+__getattr__ = lazy_exports(
+    __name__, {"CompressionResult": "scaleforge.compress.run", "run_compression": "scaleforge.compress.run"}
+)

@@ -34,13 +34,23 @@ def with_teacher_logits(data: TrainingData, teacher: str | Path) -> TrainingData
 
     A task (not an actor pool): the teacher is small and cached per worker process, and a task has
     no restartable constructor arguments for Ray to keep."""
-    train = data.datasets["train"].map_batches(_teacher_logits, fn_kwargs={"path": str(teacher)},
-                                               compute=TaskPoolStrategy(size=1), batch_size=1024,
-                                               batch_format="numpy").materialize()
+    train = (
+        data.datasets["train"]
+        .map_batches(
+            _teacher_logits,
+            fn_kwargs={"path": str(teacher)},
+            compute=TaskPoolStrategy(size=1),
+            batch_size=1024,
+            batch_format="numpy",
+        )
+        .materialize()
+    )
     return replace(data, datasets={**data.datasets, "train": train})
 
 
-def distill(step: DistillStep, teacher: str | Path, cfg: CompressJobConfig, folder: str) -> dict[str, Optional[Path]]:
+def distill(
+    step: DistillStep, teacher: str | Path, cfg: CompressJobConfig, folder: str
+) -> dict[str, Optional[Path]]:
     """Train ``step.student`` on the teacher's soft targets (and, if asked, the hard-label baseline).
 
     Returns:
@@ -50,14 +60,22 @@ def distill(step: DistillStep, teacher: str | Path, cfg: CompressJobConfig, fold
     plain = build_ray_datasets(cfg.data)
 
     def train(target: str, data: TrainingData, *hooks: Distillation) -> Path:
-        job = TrainJobConfig(data=cfg.data, model=step.student, optim=step.optim, scaling=cfg.scaling,
-                             run=cfg.run.model_copy(update={"name": None}), artifact=ArtifactSpec(dir=str(target)))
+        job = TrainJobConfig(
+            data=cfg.data,
+            model=step.student,
+            optim=step.optim,
+            scaling=cfg.scaling,
+            run=cfg.run.model_copy(update={"name": None}),
+            artifact=ArtifactSpec(dir=str(target)),
+        )
         return run_training(job, data=data, hooks=hooks).artifact
 
     if plain.info.tokens:
         student = train(folder, plain, TokenDistillation(step.temperature, step.alpha, str(teacher)))
     else:
-        student = train(folder, with_teacher_logits(plain, teacher), Distillation(step.temperature, step.alpha))
+        student = train(
+            folder, with_teacher_logits(plain, teacher), Distillation(step.temperature, step.alpha)
+        )
     baseline = None
     if step.compare_hard_labels:
         baseline = train(storage.with_suffix(folder, "-hard-labels"), plain)

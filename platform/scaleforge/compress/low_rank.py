@@ -8,8 +8,9 @@ from torch import nn
 from scaleforge.models.surgery import factorize
 
 
-def factorize_layers(model: nn.Module, layers: list[str], rank: Optional[int] = None,
-                     energy: Optional[float] = None) -> dict[str, int]:
+def factorize_layers(
+    model: nn.Module, layers: list[str], rank: Optional[int] = None, energy: Optional[float] = None
+) -> dict[str, int]:
     """Replace each of ``layers`` by its truncated SVD, in place.
 
     Args:

@@ -50,8 +50,15 @@ def example_input(batch: int, input_dim: int, vocab: Optional[int] = None) -> to
 
 
 @torch.inference_mode()
-def latency_table(models: dict[str, nn.Module], input_dim: int, batch_sizes: list[int], repeats: int, threads: int,
-                  rounds: int = 5, vocab: Optional[int] = None) -> dict[str, dict[int, float]]:
+def latency_table(
+    models: dict[str, nn.Module],
+    input_dim: int,
+    batch_sizes: list[int],
+    repeats: int,
+    threads: int,
+    rounds: int = 5,
+    vocab: Optional[int] = None,
+) -> dict[str, dict[int, float]]:
     """Median forward time of every model per batch size, measured round-robin.
 
     Each of ``rounds`` rounds times every model in turn, so a burst of load from other
@@ -77,10 +84,14 @@ def latency_table(models: dict[str, nn.Module], input_dim: int, batch_sizes: lis
                         times[name][batch].append(time.perf_counter() - began)
     finally:
         torch.set_num_threads(previous)
-    return {name: {batch: statistics.median(samples) * 1e3 for batch, samples in per_batch.items()}
-            for name, per_batch in times.items()}
+    return {
+        name: {batch: statistics.median(samples) * 1e3 for batch, samples in per_batch.items()}
+        for name, per_batch in times.items()
+    }
 
 
-def latency_ms(model: nn.Module, input_dim: int, batch_sizes: list[int], repeats: int, threads: int) -> dict[int, float]:
+def latency_ms(
+    model: nn.Module, input_dim: int, batch_sizes: list[int], repeats: int, threads: int
+) -> dict[int, float]:
     """Median forward time of one model per batch size (see :func:`latency_table`)."""
     return latency_table({"model": model}, input_dim, batch_sizes, repeats, threads)["model"]

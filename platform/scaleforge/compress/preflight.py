@@ -63,12 +63,19 @@ def check_recipe(steps: list, model: nn.Module, manifest: dict, where: str) -> N
         ConfigError: naming the step and the problem, if a step cannot run on the model it will see.
     """
     schemes = [edit["scheme"] for edit in manifest.get("architecture") or [] if edit["op"] == "quantize"]
-    skeleton, spec, quantized, int8 = model, manifest["model"], bool(schemes), any(s.startswith("int8") for s in schemes)
+    skeleton, spec, quantized, int8 = (
+        model,
+        manifest["model"],
+        bool(schemes),
+        any(s.startswith("int8") for s in schemes),
+    )
     for index, step in enumerate(steps):
         label = f"{where}[{index}] ({step.step})"
         if spec["name"] in LANGUAGE_MODELS and step.step in ("prune", "low_rank"):
-            raise ConfigError(f"{label}: does not apply to the language model {spec['name']!r}; its recipe may "
-                              "distill, quantize (int8_dynamic, fp16, bf16) and export")
+            raise ConfigError(
+                f"{label}: does not apply to the language model {spec['name']!r}; its recipe may "
+                "distill, quantize (int8_dynamic, fp16, bf16) and export"
+            )
         if quantized and step.step != "export":
             raise ConfigError(f"{label}: the model is already quantized; only export can follow quantize")
         if step.step == "distill":
@@ -80,36 +87,48 @@ def check_recipe(steps: list, model: nn.Module, manifest: dict, where: str) -> N
         elif step.step == "prune":
             _check_layers(label, skeleton, step.layers, (nn.Linear, nn.Conv1d))
             if step.method == "structured":
-                skeleton = prune_structured(copy.deepcopy(skeleton), step.sparsity, step.layers, manifest["input_dim"])
+                skeleton = prune_structured(
+                    copy.deepcopy(skeleton), step.sparsity, step.layers, manifest["input_dim"]
+                )
         elif step.step == "low_rank":
             _check_layers(label, skeleton, step.layers, (nn.Linear,))
             for name in step.layers or default_layers(skeleton, (nn.Linear,)):
                 layer = skeleton.get_submodule(name)
                 if step.rank is not None and step.rank > min(layer.in_features, layer.out_features):
-                    raise ConfigError(f"{label}: rank {step.rank} is larger than layer {name!r} allows "
-                                      f"({layer.out_features} x {layer.in_features}: at most "
-                                      f"{min(layer.in_features, layer.out_features)})")
+                    raise ConfigError(
+                        f"{label}: rank {step.rank} is larger than layer {name!r} allows "
+                        f"({layer.out_features} x {layer.in_features}: at most "
+                        f"{min(layer.in_features, layer.out_features)})"
+                    )
         elif step.step == "quantize":
             quantized, int8 = True, step.scheme.startswith("int8")
             if step.scheme == "int8_static" and spec["name"] not in ("mlp", "cnn1d"):
-                raise ConfigError(f"{label}: int8_static supports mlp and cnn1d models; use int8_dynamic for "
-                                  f"{spec['name']!r}")
+                raise ConfigError(
+                    f"{label}: int8_static supports mlp and cnn1d models; use int8_dynamic for "
+                    f"{spec['name']!r}"
+                )
         elif step.step == "export":
             if index != len(steps) - 1:
                 raise ConfigError(f"{label}: export must be the last step")
             if step.onnx and int8:
-                raise ConfigError(f"{label}: onnx export takes fp32 or half-precision models, not eager int8 modules")
+                raise ConfigError(
+                    f"{label}: onnx export takes fp32 or half-precision models, not eager int8 modules"
+                )
 
 
 def _check_data_fits(cfg: CompressJobConfig, teacher: dict) -> None:
     """A language model's teacher comes with its text (windows within its context), a classifier with arrays."""
     name, language_model = teacher["name"], teacher["name"] in LANGUAGE_MODELS
     if language_model != (cfg.data.kind == "text"):
-        raise ConfigError(f"data: the teacher is a language model ({name}) trained on text; set data.kind=text"
-                          if language_model else
-                          f"data: data.kind=text is for a language model teacher; the teacher is a {name}")
+        raise ConfigError(
+            f"data: the teacher is a language model ({name}) trained on text; set data.kind=text"
+            if language_model
+            else f"data: data.kind=text is for a language model teacher; the teacher is a {name}"
+        )
     if language_model and cfg.data.seq_len > teacher["context"]:
-        raise ConfigError(f"data.seq_len ({cfg.data.seq_len}) is above the teacher's context ({teacher['context']})")
+        raise ConfigError(
+            f"data.seq_len ({cfg.data.seq_len}) is above the teacher's context ({teacher['context']})"
+        )
 
 
 def _check_layers(label: str, model: nn.Module, names: Optional[list[str]], kinds: tuple) -> None:

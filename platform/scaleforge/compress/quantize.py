@@ -17,8 +17,11 @@ def quantize_model(model: nn.Module, scheme: str, calibration: np.ndarray) -> nn
 def float_weight_bytes(model: nn.Module, scheme: str = "int8_static") -> int:
     """Bytes of the weight matrices that ``scheme`` replaces (int8_dynamic: Linear only), before quantization."""
     kinds = (nn.Linear,) if scheme == "int8_dynamic" else (nn.Linear, nn.Conv1d)
-    return sum(layer.weight.numel() * layer.weight.element_size()
-               for layer in prunable_layers(model).values() if isinstance(layer, kinds))
+    return sum(
+        layer.weight.numel() * layer.weight.element_size()
+        for layer in prunable_layers(model).values()
+        if isinstance(layer, kinds)
+    )
 
 
 def quantized_weight_bytes(model: nn.Module) -> int:

@@ -33,29 +33,49 @@ def apply_step(step, state: ModelState, arrays: ArraySplits) -> tuple[ModelState
     """The model after ``step`` (the input is left untouched) and the step's own measurements."""
     model = copy.deepcopy(state.model)
     if isinstance(step, PruneStep) and step.method == "unstructured":
-        prune_unstructured(model, step.sparsity, step.layers, step.scope, step.rounds,
-                           lambda m: finetune(m, arrays.x, arrays.y, step.finetune))
+        prune_unstructured(
+            model,
+            step.sparsity,
+            step.layers,
+            step.scope,
+            step.rounds,
+            lambda m: finetune(m, arrays.x, arrays.y, step.finetune),
+        )
         return ModelState(model, state.spec, state.edits), {"sparsity": sparsity_of(model, step.layers)}
     if isinstance(step, PruneStep):
         before = layer_shapes(model)
         prune_structured(model, step.sparsity, step.layers, arrays.info.input_dim)
         finetune(model, arrays.x, arrays.y, step.finetune)
         shapes = layer_shapes(model)
-        widths = {name: [before[name][-1], shapes[name][-1]] for name in shapes if shapes[name] != before[name]}
-        return (ModelState(model, state.spec, state.edits + [{"op": "shapes", "layers": shapes}]),
-                {"sparsity": step.sparsity, "widths": widths})
+        widths = {
+            name: [before[name][-1], shapes[name][-1]] for name in shapes if shapes[name] != before[name]
+        }
+        return (
+            ModelState(model, state.spec, state.edits + [{"op": "shapes", "layers": shapes}]),
+            {"sparsity": step.sparsity, "widths": widths},
+        )
     if isinstance(step, LowRankStep):
         layers = step.layers or default_layers(model, (nn.Linear,))
         before = sum(p.numel() for name in layers for p in model.get_submodule(name).parameters())
         ranks = factorize_layers(model, layers, step.rank, step.energy)
         finetune(model, arrays.x, arrays.y, step.finetune)
-        return (ModelState(model, state.spec, state.edits + [{"op": "factorize", "ranks": ranks}]),
-                {"ranks": ranks, "factorized_params_before": before,
-                 "factorized_params_after": factorized_parameters(model, ranks)})
+        return (
+            ModelState(model, state.spec, state.edits + [{"op": "factorize", "ranks": ranks}]),
+            {
+                "ranks": ranks,
+                "factorized_params_before": before,
+                "factorized_params_after": factorized_parameters(model, ranks),
+            },
+        )
     if isinstance(step, QuantizeStep):
         float_bytes = float_weight_bytes(model, step.scheme)
-        model = quantize_model(model, step.scheme, arrays.x[:step.calibration_samples])
-        return (ModelState(model, state.spec, state.edits + [{"op": "quantize", "scheme": step.scheme}]),
-                {"scheme": step.scheme, "weight_bytes_before": float_bytes,
-                 "weight_bytes_after": quantized_weight_bytes(model)})
+        model = quantize_model(model, step.scheme, arrays.x[: step.calibration_samples])
+        return (
+            ModelState(model, state.spec, state.edits + [{"op": "quantize", "scheme": step.scheme}]),
+            {
+                "scheme": step.scheme,
+                "weight_bytes_before": float_bytes,
+                "weight_bytes_after": quantized_weight_bytes(model),
+            },
+        )
     raise ValueError(f"step {step.step!r} is not a local step")

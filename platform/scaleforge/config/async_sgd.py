@@ -101,7 +101,9 @@ class AsyncSGDConfig(_Section):
     workers: WorkerSpec = Field(default_factory=WorkerSpec)
     run: PSRunSpec = Field(default_factory=PSRunSpec)
     fault: PSFaultSpec = Field(default_factory=PSFaultSpec)
-    artifact: ArtifactSpec = Field(default_factory=lambda: ArtifactSpec(dir="~/scaleforge/artifacts/async_sgd"))
+    artifact: ArtifactSpec = Field(
+        default_factory=lambda: ArtifactSpec(dir="~/scaleforge/artifacts/async_sgd")
+    )
 
     _under_storage = storage_layout({"run.output_dir": "async_sgd", "artifact.dir": "artifacts/async_sgd"})
 
@@ -113,16 +115,22 @@ class AsyncSGDConfig(_Section):
             raise ValueError("workers.scaling events must be in order of at_s")
         check_task(self.data, self.model)
         if self.data.kind == "text" and self.run.stop_at_accuracy is not None:
-            raise ValueError("run.stop_at_accuracy applies to a classifier; a language model is scored in "
-                             "validation bits per byte")
+            raise ValueError(
+                "run.stop_at_accuracy applies to a classifier; a language model is scored in "
+                "validation bits per byte"
+            )
         if self.server.backup_workers and self.server.mode != "sync":
             raise ValueError(f"server.backup_workers applies to server.mode=sync, not {self.server.mode}")
         if self.server.backup_workers >= self.workers.num_workers:
-            raise ValueError(f"server.backup_workers ({self.server.backup_workers}) must be smaller than "
-                             f"workers.num_workers ({self.workers.num_workers}): a round needs one gradient")
+            raise ValueError(
+                f"server.backup_workers ({self.server.backup_workers}) must be smaller than "
+                f"workers.num_workers ({self.workers.num_workers}): a round needs one gradient"
+            )
         if self.workers.weight_prediction and self.server.mode == "sync":
-            raise ValueError("workers.weight_prediction applies to server.mode=async or ssp: a sync round's "
-                             "gradients are computed on the parameters they update")
+            raise ValueError(
+                "workers.weight_prediction applies to server.mode=async or ssp: a sync round's "
+                "gradients are computed on the parameters they update"
+            )
         if self.workers.transient_delay_probability and not self.workers.transient_delay_s:
             raise ValueError("workers.transient_delay_probability needs workers.transient_delay_s > 0")
         if self.fault.kill_shard_at_update is not None and not self.server.checkpoint_every:

@@ -39,8 +39,9 @@ def resolve(target: Lazy) -> Callable:
     return target if callable(target) else import_object(target)
 
 
-def parse_job_config(schema: type[M], argv: Optional[Sequence[str]], prog: str,
-                     preflight: Optional[Lazy] = None) -> M:
+def parse_job_config(
+    schema: type[M], argv: Optional[Sequence[str]], prog: str, preflight: Optional[Lazy] = None
+) -> M:
     """Parse the job's arguments, load its config and run its pre-flight check.
 
     Raises:
@@ -49,16 +50,25 @@ def parse_job_config(schema: type[M], argv: Optional[Sequence[str]], prog: str,
     parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=schema.__doc__)
     parser.add_argument("--config", required=True, help="YAML file that fills the job's schema")
     parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="override one field, e.g. --set optim.lr=0.01 (repeatable)",
     )
     args = parser.parse_args(argv)
-    return load_config(schema, args.config, args.overrides,
-                       None if preflight is None else lambda cfg: resolve(preflight)(cfg))
+    return load_config(
+        schema,
+        args.config,
+        args.overrides,
+        None if preflight is None else lambda cfg: resolve(preflight)(cfg),
+    )
 
 
-def run_job(schema: type[M], job: Lazy, argv: Optional[Sequence[str]], prog: str,
-            preflight: Optional[Lazy] = None) -> int:
+def run_job(
+    schema: type[M], job: Lazy, argv: Optional[Sequence[str]], prog: str, preflight: Optional[Lazy] = None
+) -> int:
     """Validate the config, run its pre-flight (no Ray touched), then run ``job`` and print its summary.
 
     Args:

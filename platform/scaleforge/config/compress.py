@@ -104,7 +104,9 @@ class ExportStep(_Section):
     """Also write ``model.onnx`` next to the artifact (fp32 and fp16 models; int8 eager modules do not export)."""
 
 
-Step = Annotated[Union[DistillStep, PruneStep, LowRankStep, QuantizeStep, ExportStep], Field(discriminator="step")]
+Step = Annotated[
+    Union[DistillStep, PruneStep, LowRankStep, QuantizeStep, ExportStep], Field(discriminator="step")
+]
 _SWEEPABLE = {"prune": ("sparsity",), "low_rank": ("rank", "energy"), "quantize": ("scheme",)}
 
 
@@ -122,15 +124,19 @@ class SweepSpec(_Section):
     def _param_varies(self) -> "SweepSpec":
         allowed = _SWEEPABLE.get(self.step.step, ())
         if self.param not in allowed:
-            raise ValueError(f"param {self.param!r} cannot be swept for step {self.step.step!r}; "
-                             f"sweepable: {', '.join(allowed) or 'nothing'}")
+            raise ValueError(
+                f"param {self.param!r} cannot be swept for step {self.step.step!r}; "
+                f"sweepable: {', '.join(allowed) or 'nothing'}"
+            )
         for value in self.values:
             type(self.step).model_validate({**self.step.model_dump(), self.param: value})
         return self
 
     def steps(self) -> list:
         """The concrete step of every sweep value."""
-        return [type(self.step).model_validate({**self.step.model_dump(), self.param: v}) for v in self.values]
+        return [
+            type(self.step).model_validate({**self.step.model_dump(), self.param: v}) for v in self.values
+        ]
 
 
 class MeasureSpec(_Section):
@@ -167,13 +173,16 @@ class CompressJobConfig(_Section):
     output: str = "~/scaleforge/artifacts/compressed"
     """Folder or URI for the slim artifact (``output/model``), every step's artifact and the report."""
 
-    _under_storage = storage_layout({"teacher": "artifacts/teacher", "output": "artifacts/compressed",
-                                     "run.storage_path": "runs"})
+    _under_storage = storage_layout(
+        {"teacher": "artifacts/teacher", "output": "artifacts/compressed", "run.storage_path": "runs"}
+    )
 
     @model_validator(mode="after")
     def _in_memory_data(self) -> "CompressJobConfig":
         if not (self.data.kind == "text" or self.data.is_mnist1d or self.data.suffix == ".npz"):
-            raise ValueError("data.source: compression fine-tunes and calibrates in memory; use mnist1d or a .npz file")
+            raise ValueError(
+                "data.source: compression fine-tunes and calibrates in memory; use mnist1d or a .npz file"
+            )
         return self
 
     @model_validator(mode="after")
@@ -181,7 +190,10 @@ class CompressJobConfig(_Section):
         text = self.data.kind == "text"
         for index, step in enumerate(self.recipe):
             if step.step == "distill" and text != (step.student.name == "transformer_lm"):
-                problem = (f"text (data.kind=text) distills into a transformer_lm, not {step.student.name}" if text
-                           else "a transformer_lm learns from text; set data.kind=text")
+                problem = (
+                    f"text (data.kind=text) distills into a transformer_lm, not {step.student.name}"
+                    if text
+                    else "a transformer_lm learns from text; set data.kind=text"
+                )
                 raise ValueError(f"recipe[{index}] (distill): student: {problem}")
         return self

@@ -8,7 +8,16 @@ cluster reaches, so the schema neither opens nor resolves it.
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, PositiveInt, Tag, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PositiveInt,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 MNIST1D = "mnist1d"
 FILE_SUFFIXES = (".npz", ".parquet")
@@ -41,7 +50,9 @@ class DataSpec(BaseModel):
         if value is None or (info.field_name == "source" and value == MNIST1D):
             return value
         if _suffix(value) not in FILE_SUFFIXES:
-            raise ValueError(f"{value!r} must be '{MNIST1D}' or a file ending in {' or '.join(FILE_SUFFIXES)}")
+            raise ValueError(
+                f"{value!r} must be '{MNIST1D}' or a file ending in {' or '.join(FILE_SUFFIXES)}"
+            )
         return value
 
     @model_validator(mode="after")
@@ -99,10 +110,13 @@ def _data_kind(value: Any) -> str:
     return value.get("kind", "arrays") if isinstance(value, dict) else getattr(value, "kind", "arrays")
 
 
-TrainDataSpec = Annotated[Union[Annotated[DataSpec, Tag("arrays")], Annotated[TextDataSpec, Tag("text")]],
-                          Discriminator(_data_kind)]
+TrainDataSpec = Annotated[
+    Union[Annotated[DataSpec, Tag("arrays")], Annotated[TextDataSpec, Tag("text")]], Discriminator(_data_kind)
+]
 """A training job's ``data``: arrays (:class:`DataSpec`) or, with ``kind: text``, text (:class:`TextDataSpec`)."""
 
 
 def _suffix(path: str) -> str:
-    return PurePosixPath(path.partition("?")[0]).suffix  # a URI's query (``?endpoint_override=...``) is not the name
+    return PurePosixPath(
+        path.partition("?")[0]
+    ).suffix  # a URI's query (``?endpoint_override=...``) is not the name

@@ -26,7 +26,9 @@ class AutoscalingSpec(_Section):
     @model_validator(mode="after")
     def _ordered(self) -> "AutoscalingSpec":
         if self.min_replicas > self.max_replicas:
-            raise ValueError(f"autoscaling.min_replicas ({self.min_replicas}) exceeds max_replicas ({self.max_replicas})")
+            raise ValueError(
+                f"autoscaling.min_replicas ({self.min_replicas}) exceeds max_replicas ({self.max_replicas})"
+            )
         return self
 
 
@@ -56,10 +58,21 @@ class DeploymentSpec(_Section):
 
     def options(self) -> dict:
         """Keyword arguments for ``Deployment.options``."""
-        scaling = ({"autoscaling_config": self.autoscaling.model_dump()} if self.autoscaling
-                   else {"num_replicas": self.replicas})
+        scaling = (
+            {"autoscaling_config": self.autoscaling.model_dump()}
+            if self.autoscaling
+            else {"num_replicas": self.replicas}
+        )
         spread = {"max_replicas_per_node": self.max_replicas_per_node} if self.max_replicas_per_node else {}
-        actor = {"num_cpus": self.num_cpus, **({"num_gpus": self.num_gpus} if self.num_gpus else {}),
-                 **({"label_selector": self.label_selector} if self.label_selector else {})}
-        return {**scaling, **spread, "ray_actor_options": actor,
-                "max_ongoing_requests": self.max_ongoing_requests, "max_queued_requests": self.max_queued_requests}
+        actor = {
+            "num_cpus": self.num_cpus,
+            **({"num_gpus": self.num_gpus} if self.num_gpus else {}),
+            **({"label_selector": self.label_selector} if self.label_selector else {}),
+        }
+        return {
+            **scaling,
+            **spread,
+            "ray_actor_options": actor,
+            "max_ongoing_requests": self.max_ongoing_requests,
+            "max_queued_requests": self.max_queued_requests,
+        }

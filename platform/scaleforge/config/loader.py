@@ -16,8 +16,12 @@ class ConfigError(ValueError):
     """A config that cannot run: the message names the file, the field and the problem."""
 
 
-def load_config(schema: type[M], path: str | Path, overrides: Sequence[str] = (),
-                preflight: Optional[Callable[[M], None]] = None) -> M:
+def load_config(
+    schema: type[M],
+    path: str | Path,
+    overrides: Sequence[str] = (),
+    preflight: Optional[Callable[[M], None]] = None,
+) -> M:
     """Read ``path``, apply ``key.sub=value`` overrides, validate against ``schema``, then pre-flight.
 
     Validation reads nothing but ``path``; ``preflight`` (the job's ``check_runnable``) then checks

@@ -72,7 +72,9 @@ class MoESpec(_Spec):
     @model_validator(mode="after")
     def _consistent(self) -> "MoESpec":
         if self.top_k > self.num_experts:
-            raise ValueError(f"model.top_k ({self.top_k}) must not exceed model.num_experts ({self.num_experts})")
+            raise ValueError(
+                f"model.top_k ({self.top_k}) must not exceed model.num_experts ({self.num_experts})"
+            )
         if self.capacity_factor <= 0:
             raise ValueError(f"model.capacity_factor must be > 0, got {self.capacity_factor}")
         return self
@@ -105,7 +107,9 @@ class _TransformerLayers(_Spec):
     @model_validator(mode="after")
     def _heads_divide_width(self):
         if self.d_model % self.num_heads:
-            raise ValueError(f"model.d_model ({self.d_model}) must be divisible by model.num_heads ({self.num_heads})")
+            raise ValueError(
+                f"model.d_model ({self.d_model}) must be divisible by model.num_heads ({self.num_heads})"
+            )
         return self
 
 

@@ -24,7 +24,9 @@ class StageSpec(_Section):
 
 
 class AsyncStageSpec(StageSpec):
-    modes: list[Literal["sync", "async", "ssp"]] = Field(default_factory=lambda: ["sync", "async"], min_length=1)
+    modes: list[Literal["sync", "async", "ssp"]] = Field(
+        default_factory=lambda: ["sync", "async"], min_length=1
+    )
     """One parameter-server run per mode, for the sync-against-async plot."""
 
 

@@ -88,15 +88,22 @@ class _Writer:
             for variant in classes:
                 tag = _tag(variant, tag_field)
                 sub_anchor = _slug(f"{anchor}-{name}" + (f"-{tag}" if tag_field else ""))
-                title = f"`{item}`" + (f" with `{tag_field}: {tag}`" if tag_field else "") + f" ({variant.__name__})"
+                title = (
+                    f"`{item}`"
+                    + (f" with `{tag_field}: {tag}`" if tag_field else "")
+                    + f" ({variant.__name__})"
+                )
                 own = value if type(value) is variant else None  # the default's values, for its own variant
                 children.append((variant, own, item, sub_anchor, title, doc, job))
                 links.append(f"[`{tag if tag_field else variant.__name__}`](#{sub_anchor})")
             kind = ("one of " if len(links) > 1 else "") + ", ".join(links)
             kind += f" (chosen by `{tag_field}`)" if tag_field else ""
             kind = _list_of(kind, info.metadata) if is_list else kind
-            shown = (f"`{_tag(type(value), tag_field)}`" if tag_field else "") if isinstance(value, BaseModel) \
-                else _value(value)  # a section's defaults are in its own table
+            shown = (
+                (f"`{_tag(type(value), tag_field)}`" if tag_field else "")
+                if isinstance(value, BaseModel)
+                else _value(value)
+            )  # a section's defaults are in its own table
             rows.append((dotted, kind + (" or null" if optional else ""), shown, doc))
         self.lines += ["| field | type | default | description |", "|---|---|---|---|"]
         self.lines += [f"| `{name}` | {kind} | {value} | {doc} |" for name, kind, value, doc in rows]
@@ -167,8 +174,11 @@ def _field_docs(cls: type) -> dict[str, str]:
         for statement, after in zip(body, body[1:] + [None]):
             if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
                 docs.pop(statement.target.id, None)
-                if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) \
-                        and isinstance(after.value.value, str):
+                if (
+                    isinstance(after, ast.Expr)
+                    and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)
+                ):
                     docs[statement.target.id] = after.value.value
     return docs
 
@@ -190,7 +200,12 @@ def _type(tp: Any, metadata=()) -> str:
         return _list_of(_type(args[0]), metadata) if args else "`list`"
     if origin is dict:
         return f"`dict[{', '.join(getattr(a, '__name__', str(a)) for a in args)}]`" if args else "`dict`"
-    bounds = [form.format(getattr(m, attr)) for m in metadata for attr, form in _BOUNDS if getattr(m, attr, None) is not None]
+    bounds = [
+        form.format(getattr(m, attr))
+        for m in metadata
+        for attr, form in _BOUNDS
+        if getattr(m, attr, None) is not None
+    ]
     return f"`{getattr(tp, '__name__', tp)}`" + (f" {', '.join(bounds)}" if bounds else "")
 
 

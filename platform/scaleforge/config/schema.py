@@ -127,8 +127,11 @@ def check_task(data, model) -> None:
     """A language model trains on text, and text trains a language model (any job's ``data`` and ``model``)."""
     text, language_model = data.kind == "text", model.name == "transformer_lm"
     if text != language_model:
-        raise ValueError("model.name=transformer_lm trains on data.kind=text" if language_model
-                         else f"data.kind=text trains model.name=transformer_lm, not {model.name}")
+        raise ValueError(
+            "model.name=transformer_lm trains on data.kind=text"
+            if language_model
+            else f"data.kind=text trains model.name=transformer_lm, not {model.name}"
+        )
     if text and data.seq_len > model.context:
         raise ValueError(f"data.seq_len ({data.seq_len}) is above model.context ({model.context})")
 
@@ -159,7 +162,9 @@ class TrainJobConfig(_Section):
         if self.optim.precision == "bf16" and not self.scaling.use_gpu:
             raise ValueError("optim.precision=bf16 autocasts on GPU; set scaling.use_gpu=true or use fp32")
         if self.scaling.use_gpu and self.scaling.resources_per_worker.get("GPU", 1) <= 0:
-            raise ValueError("scaling.use_gpu=true needs a positive GPU count in scaling.resources_per_worker")
+            raise ValueError(
+                "scaling.use_gpu=true needs a positive GPU count in scaling.resources_per_worker"
+            )
         kill = self.fault.kill_worker_at_epoch
         if kill is not None:
             if self.run.max_failures < 1:
@@ -180,8 +185,16 @@ class TrainJobConfig(_Section):
     def dims(self) -> ParallelDims:
         """The resolved parallel layout (``parallel.dp`` filled in from the workers)."""
         p = self.parallel
-        return ParallelDims.resolve(self.scaling.num_workers, dp=p.dp, fsdp=p.fsdp, tp=p.tp, pp=p.pp, ep=p.ep,
-                                    pp_schedule=p.pp_schedule, microbatches=p.microbatches)
+        return ParallelDims.resolve(
+            self.scaling.num_workers,
+            dp=p.dp,
+            fsdp=p.fsdp,
+            tp=p.tp,
+            pp=p.pp,
+            ep=p.ep,
+            pp_schedule=p.pp_schedule,
+            microbatches=p.microbatches,
+        )
 
     def _check_parallel_layout(self) -> None:
         """The layout's own rules (:class:`ParallelDims`), then what it asks of the model and the batch."""
@@ -189,34 +202,50 @@ class TrainJobConfig(_Section):
         if dims.ep_enabled:
             moe = self.model if self.model.name == "moe" else getattr(self.model, "moe", None)
             if moe is None:
-                raise ValueError(f"parallel.ep ({dims.ep}) needs MoE layers: model.name=moe or a transformer with model.moe")
+                raise ValueError(
+                    f"parallel.ep ({dims.ep}) needs MoE layers: model.name=moe or a transformer with model.moe"
+                )
             if moe.num_experts % dims.ep:
-                raise ValueError(f"parallel.ep ({dims.ep}) must divide the number of experts ({moe.num_experts})")
+                raise ValueError(
+                    f"parallel.ep ({dims.ep}) must divide the number of experts ({moe.num_experts})"
+                )
         if dims.model_split:
             self._check_model_parallel()
 
     def _check_model_parallel(self) -> None:
         parallel, model = self.parallel, self.model
-        split = {name: getattr(parallel, name) for name in ("fsdp", "tp", "pp") if getattr(parallel, name) > 1}
+        split = {
+            name: getattr(parallel, name) for name in ("fsdp", "tp", "pp") if getattr(parallel, name) > 1
+        }
         if self.optim.precision != "fp32":
             raise ValueError(f"parallel.{next(iter(split))} trains in fp32 only; set optim.precision=fp32")
         if getattr(model, "moe", None) is not None or model.name in ("moe", "moe_gate"):
-            raise ValueError(f"parallel.{next(iter(split))} needs a dense model; MoE layers split with parallel.ep")
+            raise ValueError(
+                f"parallel.{next(iter(split))} needs a dense model; MoE layers split with parallel.ep"
+            )
         for name in ("tp", "pp"):
             if name in split and model.name not in ("transformer", "transformer_lm"):
-                raise ValueError(f"parallel.{name} ({split[name]}) needs model.name=transformer or transformer_lm, "
-                                 f"not {model.name}")
+                raise ValueError(
+                    f"parallel.{name} ({split[name]}) needs model.name=transformer or transformer_lm, "
+                    f"not {model.name}"
+                )
         if "tp" in split:  # tp | num_heads also gives tp | d_model (d_model is a multiple of num_heads)
             for field in ("num_heads", "ff_dim"):
                 if getattr(model, field) % parallel.tp:
-                    raise ValueError(f"parallel.tp ({parallel.tp}) must divide model.{field} ({getattr(model, field)})")
+                    raise ValueError(
+                        f"parallel.tp ({parallel.tp}) must divide model.{field} ({getattr(model, field)})"
+                    )
         if "pp" in split:
             self._check_pipeline()
 
     def _check_pipeline(self) -> None:
         parallel, layers, batch = self.parallel, self.model.num_layers, self.optim.batch_size
         if parallel.pp > layers:
-            raise ValueError(f"parallel.pp ({parallel.pp}) must be at most model.num_layers ({layers}): "
-                             "each pipeline stage holds whole layers")
+            raise ValueError(
+                f"parallel.pp ({parallel.pp}) must be at most model.num_layers ({layers}): "
+                "each pipeline stage holds whole layers"
+            )
         if batch % parallel.microbatches:
-            raise ValueError(f"parallel.microbatches ({parallel.microbatches}) must divide optim.batch_size ({batch})")
+            raise ValueError(
+                f"parallel.microbatches ({parallel.microbatches}) must divide optim.batch_size ({batch})"
+            )

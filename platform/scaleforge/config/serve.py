@@ -47,9 +47,11 @@ class ModelEntry(DeploymentSpec):
     @model_validator(mode="after")
     def _batch_fits(self) -> "ModelEntry":
         if self.max_batch_size > self.max_ongoing_requests:
-            raise ValueError(f"model {self.name!r}: max_batch_size ({self.max_batch_size}) exceeds max_ongoing_requests "
-                             f"({self.max_ongoing_requests}); a replica never holds that many requests, raise "
-                             "max_ongoing_requests or lower max_batch_size")
+            raise ValueError(
+                f"model {self.name!r}: max_batch_size ({self.max_batch_size}) exceeds max_ongoing_requests "
+                f"({self.max_ongoing_requests}); a replica never holds that many requests, raise "
+                "max_ongoing_requests or lower max_batch_size"
+            )
         return self
 
 
@@ -73,8 +75,10 @@ class CascadeEntry(_Section):
     def _thresholds(self) -> "CascadeEntry":
         for index, stage in enumerate(self.stages[:-1]):
             if stage.threshold is None:
-                raise ValueError(f"cascade {self.name!r}: stage {index} ({stage.model}) needs a threshold "
-                                 "(run jobs.calibrate, or set one)")
+                raise ValueError(
+                    f"cascade {self.name!r}: stage {index} ({stage.model}) needs a threshold "
+                    "(run jobs.calibrate, or set one)"
+                )
         if self.stages[-1].threshold is not None:
             raise ValueError(f"cascade {self.name!r}: the last stage always answers; remove its threshold")
         return self
@@ -106,7 +110,9 @@ class MoEEntry(_Section):
     @model_validator(mode="after")
     def _k(self) -> "MoEEntry":
         if self.top_k > len(self.experts):
-            raise ValueError(f"moe {self.name!r}: top_k ({self.top_k}) exceeds the number of experts ({len(self.experts)})")
+            raise ValueError(
+                f"moe {self.name!r}: top_k ({self.top_k}) exceeds the number of experts ({len(self.experts)})"
+            )
         return self
 
 
@@ -161,20 +167,26 @@ class ServeArgs(_Section):
             self._known(models, [router.gate, *router.experts], f"moe {router.name!r}")
             inside = [name for name in [router.gate, *router.experts] if self.model(name).in_ingress]
             if inside:
-                raise ValueError(f"moe {router.name!r}: {', '.join(inside)} set in_ingress; a router calls its gate and "
-                                 "experts as deployments (each with its own timeout and fallback)")
+                raise ValueError(
+                    f"moe {router.name!r}: {', '.join(inside)} set in_ingress; a router calls its gate and "
+                    "experts as deployments (each with its own timeout and fallback)"
+                )
         for model in self.models:
             if model.in_ingress and model.num_gpus:
-                raise ValueError(f"model {model.name!r}: in_ingress runs it in the ingress replica on CPU; it cannot "
-                                 f"also reserve num_gpus ({model.num_gpus:g})")
+                raise ValueError(
+                    f"model {model.name!r}: in_ingress runs it in the ingress replica on CPU; it cannot "
+                    f"also reserve num_gpus ({model.num_gpus:g})"
+                )
         return self
 
     @staticmethod
     def _known(models: set[str], wanted: list[str], owner: str) -> None:
         missing = [name for name in wanted if name not in models]
         if missing:
-            raise ValueError(f"{owner} names models that are not served: {', '.join(missing)} "
-                             f"(served: {', '.join(sorted(models))})")
+            raise ValueError(
+                f"{owner} names models that are not served: {', '.join(missing)} "
+                f"(served: {', '.join(sorted(models))})"
+            )
 
     def model(self, name: str) -> ModelEntry:
         return next(m for m in self.models if m.name == name)

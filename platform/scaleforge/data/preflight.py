@@ -51,12 +51,16 @@ def check_data(spec: Union[DataSpec, TextDataSpec], field: str = "data") -> Data
     """
     if spec.kind == "text":
         try:
-            info = describe_text(spec, load_corpus(localized(spec).source, spec.validation_fraction, spec.column))
+            info = describe_text(
+                spec, load_corpus(localized(spec).source, spec.validation_fraction, spec.column)
+            )
         except CorpusError as err:
             raise ConfigError(f"{field}.source: {err}") from None
         if not info.num_test:
-            raise ConfigError(f"{field}.seq_len ({spec.seq_len}): the validation split of {spec.source!r} is shorter "
-                              "than one window; lower data.seq_len or raise data.validation_fraction")
+            raise ConfigError(
+                f"{field}.seq_len ({spec.seq_len}): the validation split of {spec.source!r} is shorter "
+                "than one window; lower data.seq_len or raise data.validation_fraction"
+            )
         return info
     check_files(spec, field)
     try:

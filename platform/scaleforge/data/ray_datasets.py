@@ -10,6 +10,7 @@ import ray.data
 from ray.data.extensions import ArrowTensorArray
 
 from scaleforge import storage
+from scaleforge.config.data import DataSpec, TextDataSpec
 from scaleforge.data.sources import (
     DatasetInfo,
     describe,
@@ -20,7 +21,6 @@ from scaleforge.data.sources import (
     parquet_paths,
     to_training_batch,
 )
-from scaleforge.config.data import DataSpec, TextDataSpec
 from scaleforge.text.dataset import read_text, text_datasets
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from scaleforge import storage
-from scaleforge.data.mnist1d import NUM_CLASSES, SEQUENCE_LENGTH, load_mnist1d, split_sizes
 from scaleforge.config.data import DataSpec
+from scaleforge.data.mnist1d import NUM_CLASSES, SEQUENCE_LENGTH, load_mnist1d, split_sizes
 from scaleforge.text.corpus import STDLIB
 
 
@@ -61,11 +61,18 @@ def localized(spec: DataSpec) -> DataSpec:
     is handed to a Ray task whose working directory may differ.
     """
     if spec.kind == "text":
-        return spec if spec.source == STDLIB else spec.model_copy(update={"source": os.path.abspath(os.path.expanduser(spec.source))})
+        return (
+            spec
+            if spec.source == STDLIB
+            else spec.model_copy(update={"source": os.path.abspath(os.path.expanduser(spec.source))})
+        )
     if spec.is_mnist1d:
         return spec
-    local = {name: os.path.abspath(os.path.expanduser(path)) for name in ("source", "test_path")
-             if (path := getattr(spec, name)) and not storage.is_uri(path)}
+    local = {
+        name: os.path.abspath(os.path.expanduser(path))
+        for name in ("source", "test_path")
+        if (path := getattr(spec, name)) and not storage.is_uri(path)
+    }
     return spec.model_copy(update=local)
 
 
@@ -125,7 +132,9 @@ def file_fingerprint(*paths: str) -> str:
 
 
 def _read_npz(path: str) -> tuple[np.ndarray, np.ndarray]:
-    with np.load(io.BytesIO(storage.read_bytes(path)) if storage.is_uri(path) else path, allow_pickle=False) as stored:
+    with np.load(
+        io.BytesIO(storage.read_bytes(path)) if storage.is_uri(path) else path, allow_pickle=False
+    ) as stored:
         missing = {"x", "y"} - set(stored.files)
         if missing:
             raise ValueError(f"{path}: missing array(s) {sorted(missing)}; an .npz dataset needs 'x' and 'y'")

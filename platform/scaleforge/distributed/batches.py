@@ -29,8 +29,15 @@ class ShardBatches:
     the ranks together score every row once, in the same number of (collective) forward passes.
     """
 
-    def __init__(self, batch_size: int, seed: int, num_train: int, rank: int, world: int,
-                 columns: dict[str, torch.dtype]):
+    def __init__(
+        self,
+        batch_size: int,
+        seed: int,
+        num_train: int,
+        rank: int,
+        world: int,
+        columns: dict[str, torch.dtype],
+    ):
         self.batch_size, self.seed, self.rank, self.world = batch_size, seed, rank, world
         self.dtypes = dict(columns)
         self.train_shard, self.test_shard = _shard("train"), _shard("test")
@@ -39,24 +46,33 @@ class ShardBatches:
 
     def train(self, epoch: int) -> Iterator[Batch]:
         batches = self.train_shard.iter_torch_batches(
-            batch_size=self.batch_size, dtypes=self.dtypes, device=_device(),
-            local_shuffle_buffer_size=4096, local_shuffle_seed=self.seed + epoch,
+            batch_size=self.batch_size,
+            dtypes=self.dtypes,
+            device=_device(),
+            local_shuffle_buffer_size=4096,
+            local_shuffle_seed=self.seed + epoch,
         )
         for batch in batches:
             yield Batch(batch.pop("x"), batch.pop("y"), batch)
 
     def test(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        batches = self.test_shard.iter_torch_batches(batch_size=self.eval_rows * self.world,
-                                                     device=_device(),
-                                                     dtypes={"x": self.dtypes["x"], "y": self.dtypes["y"]})
-        return ((batch["x"][self.rank::self.world], batch["y"][self.rank::self.world]) for batch in batches)
+        batches = self.test_shard.iter_torch_batches(
+            batch_size=self.eval_rows * self.world,
+            device=_device(),
+            dtypes={"x": self.dtypes["x"], "y": self.dtypes["y"]},
+        )
+        return (
+            (batch["x"][self.rank :: self.world], batch["y"][self.rank :: self.world]) for batch in batches
+        )
 
 
 class ReplicatedBatches:
     """Seeded, shuffled global batches split by data rank; the last incomplete one is dropped
     (pipeline shapes are fixed)."""
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, data_rank: int, data_world: int, seed: int):
+    def __init__(
+        self, x: torch.Tensor, y: torch.Tensor, batch_size: int, data_rank: int, data_world: int, seed: int
+    ):
         if len(x) < batch_size * data_world:
             raise ValueError(f"{len(x)} examples cannot fill one global batch of {batch_size} x {data_world}")
         self.x, self.y = x, y
@@ -71,11 +87,13 @@ class ReplicatedBatches:
         global_batch = self.batch_size * self.data_world
         for step in range(len(self)):
             start = step * global_batch + self.data_rank * self.batch_size
-            rows = order[start:start + self.batch_size]
+            rows = order[start : start + self.batch_size]
             yield self.x[rows], self.y[rows]
 
 
-def data_slice(x: torch.Tensor, y: torch.Tensor, data_rank: int, data_world: int) -> tuple[torch.Tensor, torch.Tensor]:
+def data_slice(
+    x: torch.Tensor, y: torch.Tensor, data_rank: int, data_world: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Every ``data_world``-th example from ``data_rank``: this rank's share of the test set.
 
     The last ``len(x) % data_world`` examples are left out: every rank then runs the same number
@@ -88,8 +106,15 @@ def data_slice(x: torch.Tensor, y: torch.Tensor, data_rank: int, data_world: int
 class MeshBatches:
     """The whole dataset on every rank of a mesh, sliced by data rank (see the module docstring)."""
 
-    def __init__(self, batch_size: int, seed: int, data_rank: int, data_world: int, dtypes: dict[str, torch.dtype],
-                 fixed_shapes: bool):
+    def __init__(
+        self,
+        batch_size: int,
+        seed: int,
+        data_rank: int,
+        data_world: int,
+        dtypes: dict[str, torch.dtype],
+        fixed_shapes: bool,
+    ):
         x, y = _tensors(_shard("train"), dtypes)
         self.replicated = ReplicatedBatches(x, y, batch_size, data_rank, data_world, seed)
         self.test_x, self.test_y = data_slice(*_tensors(_shard("test"), dtypes), data_rank, data_world)
@@ -105,8 +130,11 @@ class MeshBatches:
 
 def _tensors(shard, dtypes: dict[str, torch.dtype]) -> tuple[torch.Tensor, torch.Tensor]:
     """A whole (unsplit) Ray Data iterator as ``(x, y)`` tensors on this rank's device."""
-    batches = list(shard.iter_torch_batches(batch_size=8192, dtypes={"x": dtypes["x"], "y": dtypes["y"]},
-                                            device=_device()))
+    batches = list(
+        shard.iter_torch_batches(
+            batch_size=8192, dtypes={"x": dtypes["x"], "y": dtypes["y"]}, device=_device()
+        )
+    )
     return torch.cat([b["x"] for b in batches]), torch.cat([b["y"] for b in batches])
 
 

@@ -17,14 +17,18 @@ MODEL_FILE = "model.safetensors"
 STATE_FILE = "trainer_state.json"
 
 
-def save_training_state(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+def save_training_state(
+    folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+) -> None:
     """Write model weights, optimiser state and JSON ``state`` (epoch, step, history) into ``folder``."""
     save_model_state(folder, model.state_dict())
     save_optimizer_state(folder, optimizer)
     write_trainer_state(folder, state)
 
 
-def load_training_state(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def load_training_state(
+    folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
     """Restore what :func:`save_training_state` wrote; returns the JSON ``state``."""
     model.load_state_dict(load_model_weights(folder))
     load_optimizer_state(folder, optimizer)

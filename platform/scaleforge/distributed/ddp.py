@@ -13,8 +13,12 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from scaleforge.distributed.batches import ShardBatches
-from scaleforge.distributed.checkpoint import (load_model_weights, load_optimizer_state, save_model_state,
-                                               save_optimizer_state)
+from scaleforge.distributed.checkpoint import (
+    load_model_weights,
+    load_optimizer_state,
+    save_model_state,
+    save_optimizer_state,
+)
 from scaleforge.distributed.dims import ParallelDims
 from scaleforge.distributed.memory import MemoryReport
 from scaleforge.distributed.plan import ParallelPlan
@@ -28,8 +32,14 @@ class DataParallel:
 
     reports_metrics = True
 
-    def __init__(self, model: nn.Module, dims: ParallelDims, plan: ParallelPlan, device: torch.device,
-                 bf16: bool = False):
+    def __init__(
+        self,
+        model: nn.Module,
+        dims: ParallelDims,
+        plan: ParallelPlan,
+        device: torch.device,
+        bf16: bool = False,
+    ):
         self.dims, self.plan, self.device, self.bf16 = dims, plan, device, bf16
         self.data_rank = dist.get_rank() if dist.is_initialized() else 0
         self.data_world = dims.world_size
@@ -40,9 +50,13 @@ class DataParallel:
         model.to(self.device)
         if self.data_world == 1:
             return model
-        return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        return DistributedDataParallel(
+            model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+        )
 
-    def batches(self, batch_size: int, seed: int, num_train: int, columns: dict[str, torch.dtype]) -> ShardBatches:
+    def batches(
+        self, batch_size: int, seed: int, num_train: int, columns: dict[str, torch.dtype]
+    ) -> ShardBatches:
         return ShardBatches(batch_size, seed, num_train, self.data_rank, self.data_world, columns)
 
     def train_step(self, batch: Batch, loss_fn: LossFn) -> tuple[torch.Tensor, torch.Tensor]:

@@ -29,8 +29,18 @@ class ParallelDims:
     microbatches: int = 1
 
     @classmethod
-    def resolve(cls, workers: int, *, dp: Optional[int] = None, fsdp: int = 1, tp: int = 1, pp: int = 1,
-                ep: int = 1, pp_schedule: str = "1f1b", microbatches: int = 1) -> "ParallelDims":
+    def resolve(
+        cls,
+        workers: int,
+        *,
+        dp: Optional[int] = None,
+        fsdp: int = 1,
+        tp: int = 1,
+        pp: int = 1,
+        ep: int = 1,
+        pp_schedule: str = "1f1b",
+        microbatches: int = 1,
+    ) -> "ParallelDims":
         """The layout for ``workers`` ranks; ``dp`` defaults to the workers left after ``fsdp * tp * pp``.
 
         Raises:
@@ -39,12 +49,16 @@ class ParallelDims:
         split = fsdp * tp * pp
         if dp is None:
             if workers % split:
-                raise ValueError(f"parallel.fsdp ({fsdp}) * tp ({tp}) * pp ({pp}) = {split} "
-                                 f"must divide scaling.num_workers ({workers})")
+                raise ValueError(
+                    f"parallel.fsdp ({fsdp}) * tp ({tp}) * pp ({pp}) = {split} "
+                    f"must divide scaling.num_workers ({workers})"
+                )
             dp = workers // split
         elif dp * split != workers:
-            raise ValueError(f"parallel.dp ({dp}) * fsdp ({fsdp}) * tp ({tp}) * pp ({pp}) = {dp * split} "
-                             f"must equal scaling.num_workers ({workers})")
+            raise ValueError(
+                f"parallel.dp ({dp}) * fsdp ({fsdp}) * tp ({tp}) * pp ({pp}) = {dp * split} "
+                f"must equal scaling.num_workers ({workers})"
+            )
         dims = cls(dp, fsdp, tp, pp, ep, pp_schedule, microbatches)
         dims._check_combinations()
         return dims
@@ -52,17 +66,25 @@ class ParallelDims:
     def _check_combinations(self) -> None:
         split = {name: getattr(self, name) for name in ("fsdp", "tp", "pp") if getattr(self, name) > 1}
         if len(split) > 1 and set(split) != {"fsdp", "tp"}:
-            raise ValueError(f"parallel: {' and '.join(f'{k} ({v})' for k, v in split.items())} do not combine; "
-                             "supported: each of fsdp, tp, pp with dp, and fsdp with tp")
+            raise ValueError(
+                f"parallel: {' and '.join(f'{k} ({v})' for k, v in split.items())} do not combine; "
+                "supported: each of fsdp, tp, pp with dp, and fsdp with tp"
+            )
         if self.ep > 1:
             if split:
-                raise ValueError(f"parallel.ep ({self.ep}) combines with data parallelism only, "
-                                 "not with parallel.fsdp, tp or pp")
+                raise ValueError(
+                    f"parallel.ep ({self.ep}) combines with data parallelism only, "
+                    "not with parallel.fsdp, tp or pp"
+                )
             if self.world_size % self.ep:
-                raise ValueError(f"parallel.ep ({self.ep}) must divide scaling.num_workers ({self.world_size})")
+                raise ValueError(
+                    f"parallel.ep ({self.ep}) must divide scaling.num_workers ({self.world_size})"
+                )
         if self.pp > 1 and self.pp_schedule == "1f1b" and self.microbatches < self.pp:
-            raise ValueError(f"parallel.pp_schedule=1f1b needs parallel.microbatches ({self.microbatches}) "
-                             f">= parallel.pp ({self.pp})")
+            raise ValueError(
+                f"parallel.pp_schedule=1f1b needs parallel.microbatches ({self.microbatches}) "
+                f">= parallel.pp ({self.pp})"
+            )
 
     @property
     def world_size(self) -> int:
@@ -113,6 +135,8 @@ class ParallelDims:
         from torch.distributed.device_mesh import init_device_mesh
 
         if math.prod(self.mesh_shape) != dist.get_world_size():
-            raise ValueError(f"parallel layout {self.describe()} needs {self.world_size} ranks, "
-                             f"the process group has {dist.get_world_size()}")
+            raise ValueError(
+                f"parallel layout {self.describe()} needs {self.world_size} ranks, "
+                f"the process group has {dist.get_world_size()}"
+            )
         return init_device_mesh(device_type, self.mesh_shape, mesh_dim_names=MESH_DIMS)

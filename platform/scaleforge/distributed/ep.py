@@ -71,12 +71,18 @@ class ExpertParallelDispatch:
         send = counts.view(self.ep, self.per_rank).sum(dim=1).tolist()
         recv_by_source = incoming.view(self.ep, self.per_rank)
         recv = recv_by_source.sum(dim=1).tolist()
-        received = dist_nn.all_to_all_single(x.new_empty(sum(recv), x.shape[1]), x[token], recv, send, group=self.group)
+        received = dist_nn.all_to_all_single(
+            x.new_empty(sum(recv), x.shape[1]), x[token], recv, send, group=self.group
+        )
         processed = self._run_local_experts(received, recv_by_source, experts)
-        returned = dist_nn.all_to_all_single(x.new_empty(len(token), x.shape[1]), processed, send, recv, group=self.group)
+        returned = dist_nn.all_to_all_single(
+            x.new_empty(len(token), x.shape[1]), processed, send, recv, group=self.group
+        )
         return torch.zeros_like(x).index_add(0, token, returned * weight[:, None]), counts
 
-    def _run_local_experts(self, received: torch.Tensor, sizes: torch.Tensor, experts: nn.ModuleList) -> torch.Tensor:
+    def _run_local_experts(
+        self, received: torch.Tensor, sizes: torch.Tensor, experts: nn.ModuleList
+    ) -> torch.Tensor:
         """Rows arrive grouped by source rank, then expert; run each expert on all its rows at once."""
         segments = list(received.split(sizes.reshape(-1).tolist()))  # order: (source, expert)
         outputs = [None] * len(segments)
@@ -105,7 +111,7 @@ def shard_experts(layers: list[nn.Module], groups: ExpertGroups) -> None:
             raise ValueError(f"ep ({groups.ep}) must divide num_experts ({layer.num_experts})")
         per_rank = layer.num_experts // groups.ep
         start = groups.ep_rank * per_rank
-        layer.experts = nn.ModuleList(list(layer.experts)[start:start + per_rank])
+        layer.experts = nn.ModuleList(list(layer.experts)[start : start + per_rank])
         layer.dispatcher = ExpertParallelDispatch(groups, layer.num_experts)
         layer.all_reduce = lambda t, g=groups.expert_group: dist_nn.all_reduce(t, group=g)
 
@@ -128,13 +134,15 @@ def sync_gradients(model: nn.Module, groups: ExpertGroups, prefixes: list[str]) 
 
 def _split_expert_key(name: str, prefixes: list[str]) -> tuple[str, int, str]:
     prefix = next(p for p in prefixes if name.startswith(p))
-    index, suffix = name[len(prefix):].split(".", 1)
+    index, suffix = name[len(prefix) :].split(".", 1)
     return prefix, int(index), suffix
 
 
-def gather_expert_state(model: nn.Module, groups: ExpertGroups, prefixes: list[str]) -> dict[str, torch.Tensor]:
+def gather_expert_state(
+    model: nn.Module, groups: ExpertGroups, prefixes: list[str]
+) -> dict[str, torch.Tensor]:
     """The full (unsharded) state dict, assembled on every rank of the expert group."""
-    state, local = {}, {p: len(model.get_submodule(p[:-len(".experts.")]).experts) for p in prefixes}
+    state, local = {}, {p: len(model.get_submodule(p[: -len(".experts.")]).experts) for p in prefixes}
     for name, tensor in model.state_dict().items():
         if not is_expert_parameter(name, prefixes):
             state[name] = tensor.detach().clone()
@@ -147,8 +155,9 @@ def gather_expert_state(model: nn.Module, groups: ExpertGroups, prefixes: list[s
     return state
 
 
-def local_expert_state(full: dict[str, torch.Tensor], groups: ExpertGroups, per_rank: dict[str, int],
-                       prefixes: list[str]) -> dict[str, torch.Tensor]:
+def local_expert_state(
+    full: dict[str, torch.Tensor], groups: ExpertGroups, per_rank: dict[str, int], prefixes: list[str]
+) -> dict[str, torch.Tensor]:
     """This rank's part of a full state dict: its own experts, renumbered from 0 (``gather``'s inverse)."""
     state = {}
     for name, tensor in full.items():
@@ -174,8 +183,9 @@ class ExpertParallel(DataParallel):
         layers = self.plan.expert_layers(model)
         self.groups = expert_groups(self.dims.ep)
         self.prefixes = expert_prefixes(model, layers)
-        self.per_rank = {p: model.get_submodule(p[:-len(".experts.")]).num_experts // self.dims.ep
-                         for p in self.prefixes}
+        self.per_rank = {
+            p: model.get_submodule(p[: -len(".experts.")]).num_experts // self.dims.ep for p in self.prefixes
+        }
         shard_experts(layers, self.groups)
         return model
 

@@ -29,9 +29,11 @@ class MemoryReport:
 
     def describe(self, reference: "MemoryReport") -> str:
         """One line: each part in MiB and the total as a fraction of ``reference`` (one process)."""
-        return (f"params {self.params / _MIB:.1f} MiB, grads {self.grads / _MIB:.1f} MiB, "
-                f"optimizer {self.optimizer / _MIB:.1f} MiB = {self.total / _MIB:.1f} MiB "
-                f"({self.total / reference.total:.2f}x one process)")
+        return (
+            f"params {self.params / _MIB:.1f} MiB, grads {self.grads / _MIB:.1f} MiB, "
+            f"optimizer {self.optimizer / _MIB:.1f} MiB = {self.total / _MIB:.1f} MiB "
+            f"({self.total / reference.total:.2f}x one process)"
+        )
 
 
 def local_bytes(tensor: torch.Tensor) -> int:
@@ -46,7 +48,9 @@ def memory_held(module: nn.Module, optimizer: torch.optim.Optimizer) -> MemoryRe
     return MemoryReport(
         params=sum(local_bytes(p) for p in params),
         grads=sum(local_bytes(p.grad) for p in params if p.grad is not None),
-        optimizer=sum(local_bytes(v) for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)),
+        optimizer=sum(
+            local_bytes(v) for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)
+        ),
     )
 
 
@@ -67,12 +71,20 @@ def gather_memory(mine: MemoryReport, reference: MemoryReport) -> dict[str, Any]
     table = [torch.zeros(3, dtype=torch.int64) for _ in range(dist.get_world_size())]
     dist.all_gather(table, torch.tensor([mine.params, mine.grads, mine.optimizer]))
     reports = [MemoryReport(*(int(v) for v in row)) for row in table]
-    return {"memory_per_worker": [vars(r) for r in reports], "memory_single_process": vars(reference),
-            "memory_max_ratio": max(r.total for r in reports) / reference.total}
+    return {
+        "memory_per_worker": [vars(r) for r in reports],
+        "memory_single_process": vars(reference),
+        "memory_max_ratio": max(r.total for r in reports) / reference.total,
+    }
 
 
 def describe_memory(memory: dict[str, Any]) -> str:
     """The lines the job prints: one process, then each rank with its fraction of it."""
     reference = MemoryReport(**memory["memory_single_process"])
-    return "\n".join([f"[memory] one process: {reference.describe(reference)}"] + [
-        f"[memory] rank {rank}: {MemoryReport(**r).describe(reference)}" for rank, r in enumerate(memory["memory_per_worker"])])
+    return "\n".join(
+        [f"[memory] one process: {reference.describe(reference)}"]
+        + [
+            f"[memory] rank {rank}: {MemoryReport(**r).describe(reference)}"
+            for rank, r in enumerate(memory["memory_per_worker"])
+        ]
+    )

@@ -36,8 +36,14 @@ _SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 class MeshParallel:
     """This rank's part of a model split by ``dims`` on its mesh. Every method is collective."""
 
-    def __init__(self, model: nn.Module, dims: ParallelDims, plan: ParallelPlan, device: torch.device,
-                 bf16: bool = False):
+    def __init__(
+        self,
+        model: nn.Module,
+        dims: ParallelDims,
+        plan: ParallelPlan,
+        device: torch.device,
+        bf16: bool = False,
+    ):
         if bf16:
             raise ValueError(f"{dims.describe()} trains in fp32 only")
         self.dims, self.device, self.mesh = dims, device, dims.build_mesh(device.type)
@@ -57,7 +63,9 @@ class MeshParallel:
             stage = self.mesh.get_local_rank("pp")
             _required(plan.pipeline_stage, "pipeline", dims)(model, stage, dims.pp)
             pipeline = PipelineStage(model, stage, dims.pp, device, group=self.mesh["pp"].get_group())
-            self.schedule = _SCHEDULES[dims.pp_schedule](pipeline, dims.microbatches, loss_fn=self._stage_loss)
+            self.schedule = _SCHEDULES[dims.pp_schedule](
+                pipeline, dims.microbatches, loss_fn=self._stage_loss
+            )
         self.module = model
 
     @property
@@ -74,14 +82,21 @@ class MeshParallel:
         """One rank per data slice sees the logits: the last pipeline stage, tensor-parallel rank 0."""
         return self.mesh.get_local_rank("pp") == self.dims.pp - 1 and self.mesh.get_local_rank("tp") == 0
 
-    def batches(self, batch_size: int, seed: int, num_train: int, columns: dict[str, torch.dtype]) -> MeshBatches:
+    def batches(
+        self, batch_size: int, seed: int, num_train: int, columns: dict[str, torch.dtype]
+    ) -> MeshBatches:
         if extra := set(columns) - {"x", "y"}:
-            raise ValueError(f"{self.dims.describe()} reads x and y only, not {', '.join(sorted(extra))}; "
-                             "train with data parallelism")
-        return MeshBatches(batch_size, seed, self.data_rank, self.data_world, columns,
-                           fixed_shapes=self.schedule is not None)
+            raise ValueError(
+                f"{self.dims.describe()} reads x and y only, not {', '.join(sorted(extra))}; "
+                "train with data parallelism"
+            )
+        return MeshBatches(
+            batch_size, seed, self.data_rank, self.data_world, columns, fixed_shapes=self.schedule is not None
+        )
 
-    def train_step(self, batch: Batch, loss_fn: LossFn) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    def train_step(
+        self, batch: Batch, loss_fn: LossFn
+    ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
         """Forward and backward of one batch; gradients end up averaged over the data slices."""
         if self.schedule is not None:
             self._loss, self._target = loss_fn, (batch.y.shape[1:], batch.y.dtype)
@@ -148,7 +163,11 @@ class MeshParallel:
                 param = self.module.get_parameter(name)
             except AttributeError:  # this stage holds no copy
                 param = None
-            grad = param.grad if param is not None and param.grad is not None else torch.zeros(shape, device=self.device)
+            grad = (
+                param.grad
+                if param is not None and param.grad is not None
+                else torch.zeros(shape, device=self.device)
+            )
             dist.all_reduce(grad, group=self.mesh["pp"].get_group())
             if param is not None:
                 param.grad = grad
@@ -174,8 +193,11 @@ class MeshParallel:
         # DataConfig.default_ingest_options() would copy exclude_resources, whose setter prints Ray's own
         # deprecation warning on the job's console; the other defaults are DataContext's, as there.
         defaults = DataContext.get_current().execution_options
-        options = ExecutionOptions(resource_limits=defaults.resource_limits, preserve_order=True,
-                                   verbose_progress=defaults.verbose_progress)
+        options = ExecutionOptions(
+            resource_limits=defaults.resource_limits,
+            preserve_order=True,
+            verbose_progress=defaults.verbose_progress,
+        )
         return DataConfig(datasets_to_split=[], execution_options=options)
 
     @staticmethod

@@ -36,7 +36,9 @@ class CheckpointError(ValueError):
     """A checkpoint is missing a file, fails its checksum, or does not fit the model; names the file."""
 
 
-def save_stage(folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer, stage: int, writer: bool) -> bool:
+def save_stage(
+    folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer, stage: int, writer: bool
+) -> bool:
     """Collective over the ranks of the mesh: gather this stage's full state; ``writer`` writes it.
     Returns whether this rank wrote files."""
     model_state, optim_state = get_state_dict(module, optimizer, options=_FULL)
@@ -53,8 +55,13 @@ def save_stage(folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer
     blob = save_tensors({key: value.detach().cpu().contiguous() for key, value in tensors.items()})
     folder = Path(folder)
     write_atomic(folder / f"stage{stage}.safetensors", blob)
-    document = {"format": FORMAT, "stage": stage, "sha256": hashlib.sha256(blob).hexdigest(),
-                "param_groups": optim_state["param_groups"], "scalars": scalars}
+    document = {
+        "format": FORMAT,
+        "stage": stage,
+        "sha256": hashlib.sha256(blob).hexdigest(),
+        "param_groups": optim_state["param_groups"],
+        "scalars": scalars,
+    }
     write_atomic(folder / f"stage{stage}.json", json.dumps(document, indent=1) + "\n")
     return True
 
@@ -68,20 +75,27 @@ def load_stage(folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer
             model_state[fqn] = _shard_like(tensors[f"model/{fqn}"], like)
         for fqn, entries in optim_state["state"].items():
             for name, like in entries.items():
-                entries[name] = (_shard_like(tensors[f"optim/{fqn}/{name}"], like) if torch.is_tensor(like)
-                                 else document["scalars"][fqn][name])
+                entries[name] = (
+                    _shard_like(tensors[f"optim/{fqn}/{name}"], like)
+                    if torch.is_tensor(like)
+                    else document["scalars"][fqn][name]
+                )
     except KeyError as err:
-        raise CheckpointError(f"{folder}/stage{stage}.safetensors: holds no {err.args[0]} (another model or "
-                              "layout)") from None
-    optim_state["param_groups"] = [{k: tuple(v) if k == "betas" else v for k, v in group.items()}
-                                   for group in document["param_groups"]]
+        raise CheckpointError(
+            f"{folder}/stage{stage}.safetensors: holds no {err.args[0]} (another model or layout)"
+        ) from None
+    optim_state["param_groups"] = [
+        {k: tuple(v) if k == "betas" else v for k, v in group.items()} for group in document["param_groups"]
+    ]
     set_state_dict(module, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
 
 
 def _shard_like(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``full`` cut the way ``like`` is sharded on this rank, computed locally (every rank has ``full``)."""
     if full.shape != like.shape:
-        raise CheckpointError(f"a tensor of shape {tuple(full.shape)} where the model has {tuple(like.shape)}")
+        raise CheckpointError(
+            f"a tensor of shape {tuple(full.shape)} where the model has {tuple(like.shape)}"
+        )
     full = full.to(device=like.device, dtype=like.dtype)
     if isinstance(like, DTensor):
         return distribute_tensor(full, like.device_mesh, like.placements, src_data_rank=None)
@@ -91,13 +105,13 @@ def _shard_like(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 def gather_stages(folder: Path, model: nn.Module) -> nn.Module:
     """Fill the whole, unsplit ``model`` from every stage's files, in one process."""
     folder = Path(folder)
-    stages = sorted(int(path.stem[len("stage"):]) for path in folder.glob("stage*.json"))
+    stages = sorted(int(path.stem[len("stage") :]) for path in folder.glob("stage*.json"))
     if not stages:
         raise CheckpointError(f"{folder}: no stage<p>.json (not a model-parallel checkpoint of this format)")
     merged: dict[str, torch.Tensor] = {}
     for stage in stages:
         _, tensors = _read(folder, stage)
-        merged |= {key[len("model/"):]: value for key, value in tensors.items() if key.startswith("model/")}
+        merged |= {key[len("model/") :]: value for key, value in tensors.items() if key.startswith("model/")}
     missing = sorted(set(model.state_dict()) - set(merged))
     if missing:
         raise CheckpointError(f"{folder}: stages {stages} hold no {', '.join(missing[:5])}")
@@ -116,9 +130,13 @@ def _read(folder: Path, stage: int) -> tuple[dict[str, Any], dict[str, torch.Ten
     except ValueError as err:
         raise CheckpointError(f"{manifest}: not valid JSON ({err})") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise CheckpointError(f"{manifest}: format {document.get('format') if isinstance(document, dict) else None!r}, "
-                              f"expected {FORMAT!r}")
+        raise CheckpointError(
+            f"{manifest}: format {document.get('format') if isinstance(document, dict) else None!r}, "
+            f"expected {FORMAT!r}"
+        )
     blob = data.read_bytes()
     if hashlib.sha256(blob).hexdigest() != document["sha256"]:
-        raise CheckpointError(f"{data}: sha256 does not match {manifest.name} (tampered with or torn); refusing it")
+        raise CheckpointError(
+            f"{data}: sha256 does not match {manifest.name} (tampered with or torn); refusing it"
+        )
     return document, load_tensors(blob)

@@ -64,11 +64,15 @@ class ParallelModel(Protocol):
     reports_metrics: bool
     """Whether this rank sees the logits of its data slice (once per slice, so sums count each example once)."""
 
-    def batches(self, batch_size: int, seed: int, num_train: int, columns: dict[str, torch.dtype]) -> WorkerBatches:
+    def batches(
+        self, batch_size: int, seed: int, num_train: int, columns: dict[str, torch.dtype]
+    ) -> WorkerBatches:
         """This rank's training and test batches (``columns``: the dataset columns to read and their
         dtypes: ``x``, ``y`` and what the hooks read)."""
 
-    def train_step(self, batch: Batch, loss_fn: LossFn) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    def train_step(
+        self, batch: Batch, loss_fn: LossFn
+    ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
         """Forward and backward (collective); gradients end up averaged over the data slices.
         Returns ``(loss, logits)``, or ``(None, None)`` on ranks that do not report metrics."""
 
@@ -119,8 +123,9 @@ def scale_gradients(grads: list[torch.Tensor], total_norm: torch.Tensor, max_nor
     return total
 
 
-def parallelize(model: nn.Module, dims: ParallelDims, plan: ParallelPlan, device: torch.device,
-                bf16: bool = False) -> ParallelModel:
+def parallelize(
+    model: nn.Module, dims: ParallelDims, plan: ParallelPlan, device: torch.device, bf16: bool = False
+) -> ParallelModel:
     """Split ``model`` (identically initialised on every rank) by ``dims`` with its family's ``plan``.
 
     Args:

@@ -9,8 +9,17 @@ from typing import Callable
 
 from torch import nn
 
-from scaleforge.config.models import (MODEL_NAMES, MODEL_SPEC, CNN1dSpec, MLPSpec, ModelSpec, MoEGateSpec, MoESpec,
-                                      TransformerLMSpec, TransformerSpec)
+from scaleforge.config.models import (
+    MODEL_NAMES,
+    MODEL_SPEC,
+    CNN1dSpec,
+    MLPSpec,
+    ModelSpec,
+    MoEGateSpec,
+    MoESpec,
+    TransformerLMSpec,
+    TransformerSpec,
+)
 from scaleforge.models.cnn1d import CNN1d
 from scaleforge.models.mlp import MLP
 from scaleforge.models.moe import MoEClassifier
@@ -52,6 +61,15 @@ def count_parameters(model: nn.Module) -> int:
 
 
 __all__ = [
-    "ModelSpec", "MODEL_NAMES", "MODEL_SPEC", "build_model", "count_parameters", "MLPSpec", "CNN1dSpec",
-    "TransformerSpec", "MoESpec", "MoEGateSpec", "TransformerLMSpec",
+    "ModelSpec",
+    "MODEL_NAMES",
+    "MODEL_SPEC",
+    "build_model",
+    "count_parameters",
+    "MLPSpec",
+    "CNN1dSpec",
+    "TransformerSpec",
+    "MoESpec",
+    "MoEGateSpec",
+    "TransformerLMSpec",
 ]

@@ -6,8 +6,9 @@ from torch import nn
 from scaleforge.config.models import CNN1dSpec
 
 
-def conv_blocks(channels: list[int], kernel_size: int, pool: bool, input_dim: int, family: str,
-                batch_norm: bool = True):
+def conv_blocks(
+    channels: list[int], kernel_size: int, pool: bool, input_dim: int, family: str, batch_norm: bool = True
+):
     """Conv1d -> BatchNorm (if ``batch_norm``) -> ReLU blocks (MaxPool1d(2) after each but the first if ``pool``).
 
     Returns:
@@ -38,8 +39,9 @@ class CNN1d(nn.Module):
 
     def __init__(self, spec: CNN1dSpec, input_dim: int, num_classes: int):
         super().__init__()
-        blocks, in_channels, length = conv_blocks(spec.channels, spec.kernel_size, spec.pool, input_dim, "cnn1d",
-                                                spec.batch_norm)
+        blocks, in_channels, length = conv_blocks(
+            spec.channels, spec.kernel_size, spec.pool, input_dim, "cnn1d", spec.batch_norm
+        )
         self.features = nn.Sequential(*blocks)
         self.head = nn.Sequential(
             nn.Flatten(),

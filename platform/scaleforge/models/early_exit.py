@@ -25,22 +25,36 @@ class EarlyExitCNN1d(nn.Module):
     :meth:`exit_logits` returns both exits' and :meth:`predict` runs it as a cascade.
     """
 
-    def __init__(self, spec: CNN1dSpec, input_dim: int, num_classes: int, exit_after: int = 1,
-                 exit_hidden: int = 64):
+    def __init__(
+        self, spec: CNN1dSpec, input_dim: int, num_classes: int, exit_after: int = 1, exit_hidden: int = 64
+    ):
         super().__init__()
         if not 1 <= exit_after < len(spec.channels):
-            raise ValueError(f"early exit: exit_after must be between 1 and {len(spec.channels) - 1} (the blocks "
-                             f"before the last of channels={spec.channels}), got {exit_after}")
-        blocks, channels, length = conv_blocks(spec.channels, spec.kernel_size, spec.pool, input_dim, "early exit",
-                                               spec.batch_norm)
-        stem, stem_channels, stem_length = conv_blocks(spec.channels[:exit_after], spec.kernel_size, spec.pool,
-                                                       input_dim, "early exit", spec.batch_norm)
-        self.stem = nn.Sequential(*blocks[:len(stem)])  # the first blocks, as the whole network builds them
-        self.rest = nn.Sequential(*blocks[len(stem):])
-        self.side = nn.Sequential(nn.Flatten(), nn.Linear(stem_channels * stem_length, exit_hidden), nn.ReLU(),
-                                  nn.Linear(exit_hidden, num_classes))
-        self.head = nn.Sequential(nn.Flatten(), nn.Linear(channels * length, spec.hidden), nn.ReLU(),
-                                  nn.Dropout(spec.dropout), nn.Linear(spec.hidden, num_classes))
+            raise ValueError(
+                f"early exit: exit_after must be between 1 and {len(spec.channels) - 1} (the blocks "
+                f"before the last of channels={spec.channels}), got {exit_after}"
+            )
+        blocks, channels, length = conv_blocks(
+            spec.channels, spec.kernel_size, spec.pool, input_dim, "early exit", spec.batch_norm
+        )
+        stem, stem_channels, stem_length = conv_blocks(
+            spec.channels[:exit_after], spec.kernel_size, spec.pool, input_dim, "early exit", spec.batch_norm
+        )
+        self.stem = nn.Sequential(*blocks[: len(stem)])  # the first blocks, as the whole network builds them
+        self.rest = nn.Sequential(*blocks[len(stem) :])
+        self.side = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(stem_channels * stem_length, exit_hidden),
+            nn.ReLU(),
+            nn.Linear(exit_hidden, num_classes),
+        )
+        self.head = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(channels * length, spec.hidden),
+            nn.ReLU(),
+            nn.Dropout(spec.dropout),
+            nn.Linear(spec.hidden, num_classes),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.rest(self.stem(x.unsqueeze(1))))
@@ -51,7 +65,9 @@ class EarlyExitCNN1d(nn.Module):
         return [self.side(features), self.head(self.rest(features))]
 
     @torch.inference_mode()
-    def predict(self, x: torch.Tensor, threshold: float, measure: ConfidenceMeasure = "max_prob") -> CascadeResult:
+    def predict(
+        self, x: torch.Tensor, threshold: float, measure: ConfidenceMeasure = "max_prob"
+    ) -> CascadeResult:
         """The network as a two-stage cascade: an input whose side-exit confidence is below
         ``threshold`` goes on through the rest of the network from the stem's feature maps.
         The answers equal :func:`scaleforge.routing.simulate_cascade` over both exits' probabilities

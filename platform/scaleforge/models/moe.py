@@ -13,7 +13,14 @@ from torch import nn
 
 from scaleforge.config.models import MoESpec
 from scaleforge.models.cnn1d import conv_blocks
-from scaleforge.routing import Routing, gumbel_gate, load_balancing_loss, noisy_topk_gate, router_z_loss, topk_gate
+from scaleforge.routing import (
+    Routing,
+    gumbel_gate,
+    load_balancing_loss,
+    noisy_topk_gate,
+    router_z_loss,
+    topk_gate,
+)
 from scaleforge.routing.capacity import sorted_assignments
 
 
@@ -44,8 +51,12 @@ class MoELayer(nn.Module):
         self.spec = spec
         self.num_experts = spec.num_experts
         self.router = nn.Linear(spec.d_model, spec.num_experts, bias=False)
-        self.noise = nn.Linear(spec.d_model, spec.num_experts, bias=False) if spec.gate == "noisy_topk" else None
-        self.experts = nn.ModuleList(Expert(spec.d_model, spec.expert_hidden) for _ in range(spec.num_experts))
+        self.noise = (
+            nn.Linear(spec.d_model, spec.num_experts, bias=False) if spec.gate == "noisy_topk" else None
+        )
+        self.experts = nn.ModuleList(
+            Expert(spec.d_model, spec.expert_hidden) for _ in range(spec.num_experts)
+        )
         self.dispatcher: Dispatcher = dispatch_local
         # Global statistics hook: sums a tensor over the expert-parallel group (identity locally).
         self.all_reduce: Callable[[torch.Tensor], torch.Tensor] = lambda t: t
@@ -68,7 +79,9 @@ class MoELayer(nn.Module):
         routing = self.route(x)
         tokens, k = routing.experts.shape
         total_tokens = self.all_reduce(torch.tensor(float(tokens)))
-        capacity = _capacity(self.spec.capacity_factor, tokens, k, self.num_experts) if self.training else tokens * k
+        capacity = (
+            _capacity(self.spec.capacity_factor, tokens, k, self.num_experts) if self.training else tokens * k
+        )
         out, kept = self.dispatcher(x, routing, self.experts, capacity)
         assigned = torch.bincount(routing.experts.reshape(-1), minlength=self.num_experts).to(x.dtype)
         assigned = self.all_reduce(assigned)
@@ -108,7 +121,9 @@ def dense_forward(layer: MoELayer, x: torch.Tensor) -> torch.Tensor:
     dispatch replaces (a reference for tests and benchmarks; no capacity limit)."""
     routing = layer.route(x)
     outputs = torch.stack([expert(x) for expert in layer.experts], dim=1)  # [tokens, experts, d]
-    gate = torch.zeros(x.shape[0], layer.num_experts, dtype=x.dtype).scatter(1, routing.experts, routing.weights)
+    gate = torch.zeros(x.shape[0], layer.num_experts, dtype=x.dtype).scatter(
+        1, routing.experts, routing.weights
+    )
     return (outputs * gate[..., None]).sum(dim=1)
 
 
@@ -118,7 +133,9 @@ class MoEClassifier(nn.Module):
     def __init__(self, spec: MoESpec, input_dim: int, num_classes: int):
         super().__init__()
         blocks, channels, length = conv_blocks(spec.stem_channels, 5, True, input_dim, "moe")
-        self.stem = nn.Sequential(*blocks, nn.Flatten(), nn.Linear(channels * length, spec.d_model), nn.ReLU())
+        self.stem = nn.Sequential(
+            *blocks, nn.Flatten(), nn.Linear(channels * length, spec.d_model), nn.ReLU()
+        )
         self.norms = nn.ModuleList(nn.LayerNorm(spec.d_model) for _ in range(spec.num_blocks))
         self.moe = nn.ModuleList(MoELayer(spec) for _ in range(spec.num_blocks))
         self.head = nn.Linear(spec.d_model, num_classes)

@@ -39,19 +39,30 @@ def split_moe(model: MoEClassifier, spec: MoESpec, input_dim: int, num_classes: 
         ``(gate, gate_spec, [(expert_model, expert_spec), ...])``.
     """
     if spec.num_blocks != 1:
-        raise ValueError(f"only single-block MoE models split into parts (model.num_blocks={spec.num_blocks})")
+        raise ValueError(
+            f"only single-block MoE models split into parts (model.num_blocks={spec.num_blocks})"
+        )
     gate_spec = MoEGateSpec(**spec.model_dump(exclude={"name"}))
     gate = MoEGate(gate_spec, input_dim, spec.num_experts)
     gate.load_state_dict({k: v for k, v in _gate_state(model).items()})
-    expert_spec = spec.model_copy(update={"num_experts": 1, "top_k": 1, "gate": "topk",
-                                          "aux_loss_weight": 0.0, "z_loss_weight": 0.0})
+    expert_spec = spec.model_copy(
+        update={"num_experts": 1, "top_k": 1, "gate": "topk", "aux_loss_weight": 0.0, "z_loss_weight": 0.0}
+    )
     experts = []
     for index in range(spec.num_experts):
         single = MoEClassifier(expert_spec, input_dim, num_classes)
-        state = {k: v for k, v in model.state_dict().items() if ".experts." not in k and "router" not in k
-                 and ".noise." not in k}
-        state.update({k.replace(f"experts.{index}.", "experts.0."): v for k, v in model.state_dict().items()
-                      if f".experts.{index}." in k})
+        state = {
+            k: v
+            for k, v in model.state_dict().items()
+            if ".experts." not in k and "router" not in k and ".noise." not in k
+        }
+        state.update(
+            {
+                k.replace(f"experts.{index}.", "experts.0."): v
+                for k, v in model.state_dict().items()
+                if f".experts.{index}." in k
+            }
+        )
         state["moe.0.router.weight"] = torch.zeros(1, spec.d_model)  # one expert: softmax gives weight 1
         single.load_state_dict(state)
         experts.append((single.eval(), expert_spec))

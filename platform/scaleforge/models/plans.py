@@ -68,10 +68,19 @@ def _layers(model: nn.Module) -> list[nn.Module]:
     return list(model.layers.values())
 
 
-TRANSFORMER = ParallelPlan(tensor_parallel=transformer_tensor_plan, pipeline_stage=transformer_stage,
-                           fsdp_units=_layers, expert_layers=moe_layers)
-TRANSFORMER_LM = ParallelPlan(tensor_parallel=transformer_tensor_plan, pipeline_stage=transformer_stage,
-                              fsdp_units=_layers, expert_layers=moe_layers, tied_parameters=tied_embedding)
+TRANSFORMER = ParallelPlan(
+    tensor_parallel=transformer_tensor_plan,
+    pipeline_stage=transformer_stage,
+    fsdp_units=_layers,
+    expert_layers=moe_layers,
+)
+TRANSFORMER_LM = ParallelPlan(
+    tensor_parallel=transformer_tensor_plan,
+    pipeline_stage=transformer_stage,
+    fsdp_units=_layers,
+    expert_layers=moe_layers,
+    tied_parameters=tied_embedding,
+)
 MOE = ParallelPlan(expert_layers=moe_layers)
 PLANS = {"transformer": TRANSFORMER, "transformer_lm": TRANSFORMER_LM, "moe": MOE}
 

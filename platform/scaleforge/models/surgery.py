@@ -14,8 +14,12 @@ import torch
 from torch import nn
 
 # Eager-mode fusion patterns (torch.ao.quantization.fuse_modules) found inside nn.Sequential.
-_FUSIONS = ((nn.Conv1d, nn.BatchNorm1d, nn.ReLU), (nn.Conv1d, nn.BatchNorm1d), (nn.Conv1d, nn.ReLU),
-            (nn.Linear, nn.ReLU))
+_FUSIONS = (
+    (nn.Conv1d, nn.BatchNorm1d, nn.ReLU),
+    (nn.Conv1d, nn.BatchNorm1d),
+    (nn.Conv1d, nn.ReLU),
+    (nn.Linear, nn.ReLU),
+)
 QUANT_SCHEMES = ("int8_static", "int8_dynamic", "fp16", "bf16")
 
 Edit = dict[str, Any]
@@ -23,7 +27,9 @@ Edit = dict[str, Any]
 
 def prunable_layers(model: nn.Module) -> dict[str, nn.Module]:
     """The Linear and Conv1d layers by qualified name (what pruning and factorization act on)."""
-    return {name: module for name, module in model.named_modules() if isinstance(module, (nn.Linear, nn.Conv1d))}
+    return {
+        name: module for name, module in model.named_modules() if isinstance(module, (nn.Linear, nn.Conv1d))
+    }
 
 
 def default_layers(model: nn.Module, kinds: tuple) -> list[str]:
@@ -65,13 +71,19 @@ def factorize(model: nn.Module, name: str, rank: int) -> nn.Sequential:
     """
     layer = model.get_submodule(name)
     if not isinstance(layer, nn.Linear):
-        raise ValueError(f"layer {name!r} is a {type(layer).__name__}; low-rank factorization takes Linear layers")
+        raise ValueError(
+            f"layer {name!r} is a {type(layer).__name__}; low-rank factorization takes Linear layers"
+        )
     if not 1 <= rank <= min(layer.in_features, layer.out_features):
-        raise ValueError(f"rank {rank} for layer {name!r} must be between 1 and "
-                         f"{min(layer.in_features, layer.out_features)} (its shape is "
-                         f"{layer.out_features} x {layer.in_features})")
-    pair = nn.Sequential(nn.Linear(layer.in_features, rank, bias=False),
-                         nn.Linear(rank, layer.out_features, bias=layer.bias is not None))
+        raise ValueError(
+            f"rank {rank} for layer {name!r} must be between 1 and "
+            f"{min(layer.in_features, layer.out_features)} (its shape is "
+            f"{layer.out_features} x {layer.in_features})"
+        )
+    pair = nn.Sequential(
+        nn.Linear(layer.in_features, rank, bias=False),
+        nn.Linear(rank, layer.out_features, bias=layer.bias is not None),
+    )
     _set_submodule(model, name, pair)
     return pair
 
@@ -95,7 +107,9 @@ def quantize(model: nn.Module, scheme: str, calibrate: Callable[[nn.Module], Non
         if scheme in ("fp16", "bf16"):
             return HalfPrecision(model, torch.float16 if scheme == "fp16" else torch.bfloat16)
         if scheme != "int8_static":
-            raise ValueError(f"unknown quantization scheme {scheme!r}; choose one of {', '.join(QUANT_SCHEMES)}")
+            raise ValueError(
+                f"unknown quantization scheme {scheme!r}; choose one of {', '.join(QUANT_SCHEMES)}"
+            )
         wrapped = tq.QuantWrapper(model)
         for group in _fusable_groups(wrapped):
             tq.fuse_modules(wrapped, group, inplace=True)
@@ -157,7 +171,7 @@ def _fusable_groups(root: nn.Module) -> list[list[str]]:
         while index < len(children):
             match = _match_fusion([child for _, child in children[index:]])
             if match:
-                groups.append([f"{name}.{child}" for child, _ in children[index:index + match]])
+                groups.append([f"{name}.{child}" for child, _ in children[index : index + match]])
             index += max(match, 1)
     return groups
 
@@ -175,8 +189,15 @@ def _resized(layer: nn.Module, shape: list[int]) -> nn.Module:
     if isinstance(layer, nn.Conv1d):
         if layer.groups != 1:
             raise ValueError("grouped convolutions cannot be resized")
-        return nn.Conv1d(shape[0], shape[1], layer.kernel_size, stride=layer.stride, padding=layer.padding,
-                         dilation=layer.dilation, bias=layer.bias is not None)
+        return nn.Conv1d(
+            shape[0],
+            shape[1],
+            layer.kernel_size,
+            stride=layer.stride,
+            padding=layer.padding,
+            dilation=layer.dilation,
+            bias=layer.bias is not None,
+        )
     if isinstance(layer, nn.Linear):
         return nn.Linear(shape[0], shape[1], bias=layer.bias is not None)
     raise ValueError(f"cannot resize a {type(layer).__name__}")
@@ -185,4 +206,3 @@ def _resized(layer: nn.Module, shape: list[int]) -> nn.Module:
 def _set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
     parent, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, child, module)
-

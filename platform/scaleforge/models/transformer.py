@@ -41,9 +41,13 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, tokens, _ = x.shape
-        q, k, v = (p(x).view(batch, tokens, -1, self.head_dim).transpose(1, 2) for p in (self.query, self.key, self.value))
-        attended = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
-                                                  is_causal=self.causal)
+        q, k, v = (
+            p(x).view(batch, tokens, -1, self.head_dim).transpose(1, 2)
+            for p in (self.query, self.key, self.value)
+        )
+        attended = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=self.causal
+        )
         return self.out(attended.transpose(1, 2).reshape(batch, tokens, -1))
 
 
@@ -55,15 +59,23 @@ class EncoderLayer(nn.Module):
     it (a decoder layer).
     """
 
-    def __init__(self, spec: TransformerSpec, moe: Optional[MoESpec] = None, causal: bool = False,
-                 activation: Callable[[torch.Tensor], torch.Tensor] = F.relu):
+    def __init__(
+        self,
+        spec: TransformerSpec,
+        moe: Optional[MoESpec] = None,
+        causal: bool = False,
+        activation: Callable[[torch.Tensor], torch.Tensor] = F.relu,
+    ):
         super().__init__()
         self.activation = activation
         self.norm1 = nn.LayerNorm(spec.d_model)
         self.attention = SelfAttention(spec.d_model, spec.num_heads, spec.dropout, causal)
         self.norm2 = nn.LayerNorm(spec.d_model)
         if moe is None:
-            self.ff_in, self.ff_out = nn.Linear(spec.d_model, spec.ff_dim), nn.Linear(spec.ff_dim, spec.d_model)
+            self.ff_in, self.ff_out = (
+                nn.Linear(spec.d_model, spec.ff_dim),
+                nn.Linear(spec.ff_dim, spec.d_model),
+            )
         else:
             self.moe = MoELayer(moe)
         self.dropout = nn.Dropout(spec.dropout)
@@ -101,7 +113,11 @@ class TransformerClassifier(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``[batch, classes]`` from ``[batch, input_dim]``; a pipeline stage without the
         embedding takes and (without the head) returns hidden states ``[batch, tokens, d_model]``."""
-        h = self.embed(x.reshape(x.shape[0], -1, self.patch_size)) + self.position if self.embed is not None else x
+        h = (
+            self.embed(x.reshape(x.shape[0], -1, self.patch_size)) + self.position
+            if self.embed is not None
+            else x
+        )
         for layer in self.layers.values():
             h = layer(h)
         return self.head(self.norm(h).mean(dim=1)) if self.head is not None else h

@@ -34,16 +34,21 @@ class TransformerLM(nn.Module):
     def __init__(self, spec: TransformerLMSpec, input_dim: int, num_classes: int):
         super().__init__()
         if input_dim > spec.context:
-            raise ValueError(f"transformer_lm: sequence length {input_dim} (data.seq_len) is above "
-                             f"model.context ({spec.context})")
+            raise ValueError(
+                f"transformer_lm: sequence length {input_dim} (data.seq_len) is above "
+                f"model.context ({spec.context})"
+            )
         self.vocab_size = num_classes
         self.embed: Optional[nn.Embedding] = nn.Embedding(num_classes, spec.d_model)
         self.position: Optional[nn.Parameter] = nn.Parameter(torch.zeros(1, spec.context, spec.d_model))
         moe = spec.moe.model_copy(update={"d_model": spec.d_model}) if spec.moe is not None else None
-        self.layers = nn.ModuleDict({str(i): EncoderLayer(spec, moe, causal=True, activation=F.gelu)
-                                     for i in range(spec.num_layers)})
+        self.layers = nn.ModuleDict(
+            {str(i): EncoderLayer(spec, moe, causal=True, activation=F.gelu) for i in range(spec.num_layers)}
+        )
         self.norm: Optional[nn.LayerNorm] = nn.LayerNorm(spec.d_model)
-        self.head: Optional[nn.Linear] = None if spec.tie_embeddings else nn.Linear(spec.d_model, num_classes, bias=False)
+        self.head: Optional[nn.Linear] = (
+            None if spec.tie_embeddings else nn.Linear(spec.d_model, num_classes, bias=False)
+        )
         self._initialise(spec.num_layers)
 
     def _initialise(self, num_layers: int) -> None:
@@ -60,7 +65,7 @@ class TransformerLM(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits from token ids; a pipeline stage without the position table takes hidden states
         ``[batch, tokens, d_model]``, and one without the norm returns them."""
-        h = self.embed(x) + self.position[:, :x.shape[1]] if self.position is not None else x
+        h = self.embed(x) + self.position[:, : x.shape[1]] if self.position is not None else x
         for layer in self.layers.values():
             h = layer(h)
         if self.norm is None:

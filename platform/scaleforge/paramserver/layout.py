@@ -31,7 +31,9 @@ class ParamLayout:
     def flatten(self, model: nn.Module, grads: bool = False, out: Optional[np.ndarray] = None) -> np.ndarray:
         """Parameters (or their gradients) concatenated into one float32 vector (written into ``out``
         when given: a worker's shared gradient buffer)."""
-        tensors = [(p.grad if grads else p).detach().reshape(-1).to(torch.float32) for p in model.parameters()]
+        tensors = [
+            (p.grad if grads else p).detach().reshape(-1).to(torch.float32) for p in model.parameters()
+        ]
         if out is None:
             return torch.cat(tensors).numpy()
         torch.cat(tensors, out=torch.from_numpy(out))
@@ -55,7 +57,9 @@ class ParamLayout:
     def shard_ranges(self, num_shards: int) -> list[tuple[int, int]]:
         """``num_shards`` contiguous [start, stop) ranges of equal size (to within one element)."""
         if not 1 <= num_shards <= self.total:
-            raise ValueError(f"num_shards ({num_shards}) must be between 1 and the parameter count ({self.total})")
+            raise ValueError(
+                f"num_shards ({num_shards}) must be between 1 and the parameter count ({self.total})"
+            )
         bounds = np.linspace(0, self.total, num_shards + 1).round().astype(int)
         return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
@@ -81,4 +85,4 @@ class InitialSlice:
 
         torch.manual_seed(self.seed)
         model = build_model(MODEL_SPEC.validate_python(self.model), self.input_dim, self.num_classes)
-        return ParamLayout.of(model).flatten(model)[self.start:self.stop]
+        return ParamLayout.of(model).flatten(model)[self.start : self.stop]

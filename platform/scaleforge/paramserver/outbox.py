@@ -79,8 +79,9 @@ class Outbox:
         self.local = [False] * len(shards)
         self._locate(range(len(shards)))
 
-    def push(self, reads: list[tuple[int, int]], clock: int,
-             meanwhile: Optional[Callable[[], None]] = None) -> list[tuple[int, int]]:
+    def push(
+        self, reads: list[tuple[int, int]], clock: int, meanwhile: Optional[Callable[[], None]] = None
+    ) -> list[tuple[int, int]]:
         """Send the gradient in ``buffer`` (computed for step ``clock``) to every shard.
 
         Args:
@@ -135,7 +136,7 @@ class Inbox:
             return None
         if note.path not in self.maps:
             self.maps[note.path] = np.memmap(note.path, dtype=np.float32, mode="r")
-        return self.maps[note.path][note.start:note.start + self.size]
+        return self.maps[note.path][note.start : note.start + self.size]
 
 
 def shm_has_room(nbytes: int) -> bool:

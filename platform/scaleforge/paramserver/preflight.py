@@ -20,8 +20,10 @@ def check_runnable(cfg: AsyncSGDConfig) -> None:
     check_fields({"artifact.dir": cfg.artifact.dir, "run.output_dir": cfg.run.output_dir})
     info = check_data(cfg.data)
     if cfg.workers.num_workers > info.num_train:
-        raise ConfigError(f"workers.num_workers ({cfg.workers.num_workers}) is larger than the number of "
-                          f"training examples ({info.num_train})")
+        raise ConfigError(
+            f"workers.num_workers ({cfg.workers.num_workers}) is larger than the number of "
+            f"training examples ({info.num_train})"
+        )
     if any(e.workers > info.num_train for e in cfg.workers.scaling):
         raise ConfigError("workers.scaling asks for more workers than there are training examples")
     try:
@@ -29,8 +31,12 @@ def check_runnable(cfg: AsyncSGDConfig) -> None:
     except ValueError as err:
         raise ConfigError(str(err)) from None
     if cfg.server.num_shards > count_parameters(model):
-        raise ConfigError(f"server.num_shards ({cfg.server.num_shards}) is larger than the number of "
-                          f"parameters ({count_parameters(model)})")
+        raise ConfigError(
+            f"server.num_shards ({cfg.server.num_shards}) is larger than the number of "
+            f"parameters ({count_parameters(model)})"
+        )
     if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-        raise ConfigError("the parameter server shares parameters, not BatchNorm statistics: "
-                          "use a model without BatchNorm (e.g. model.batch_norm=false for cnn1d)")
+        raise ConfigError(
+            "the parameter server shares parameters, not BatchNorm statistics: "
+            "use a model without BatchNorm (e.g. model.batch_norm=false for cnn1d)"
+        )

@@ -47,17 +47,18 @@ class AsyncSGDResult:
     def summary(self) -> str:
         clock = np.array(self.staleness["clock"]) if self.staleness["clock"] else np.zeros(1)
         updates = np.array(self.staleness["updates"]) if self.staleness["updates"] else np.zeros(1)
-        return "\n".join([
-            f"[{self.mode}] {LABELS[self.metric]} {self.score:.4f}; {self.updates} updates in {self.wall_s:.1f} s "
-            f"({self.updates / self.wall_s:.1f} updates/s) after {self.startup_s:.1f} s of start-up",
-            f"staleness: clock max {clock.max()} (mean {clock.mean():.2f}); updates max {updates.max()} "
-            f"(mean {updates.mean():.2f})",
-            *(f"dropped as late (shard {i}, by worker): {d}" for i, d in enumerate(self.dropped) if d),
-            *(f"event: {e}" for e in self.events),
-            f"artifact: {self.artifact}",
-            f"summary: {self.summary_path}  plot: {self.plot_path}",
-        ])
-
+        return "\n".join(
+            [
+                f"[{self.mode}] {LABELS[self.metric]} {self.score:.4f}; {self.updates} updates in {self.wall_s:.1f} s "
+                f"({self.updates / self.wall_s:.1f} updates/s) after {self.startup_s:.1f} s of start-up",
+                f"staleness: clock max {clock.max()} (mean {clock.mean():.2f}); updates max {updates.max()} "
+                f"(mean {updates.mean():.2f})",
+                *(f"dropped as late (shard {i}, by worker): {d}" for i, d in enumerate(self.dropped) if d),
+                *(f"event: {e}" for e in self.events),
+                f"artifact: {self.artifact}",
+                f"summary: {self.summary_path}  plot: {self.plot_path}",
+            ]
+        )
 
 
 def workers_over_time(result: AsyncSGDResult) -> list[tuple[float, int]]:
@@ -71,7 +72,9 @@ def workers_over_time(result: AsyncSGDResult) -> list[tuple[float, int]]:
     return timeline + [(result.wall_s, count)]
 
 
-def write_report(output: str, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> tuple[Union[Path, str], Union[Path, str]]:
+def write_report(
+    output: str, cfg: AsyncSGDConfig, result: AsyncSGDResult
+) -> tuple[Union[Path, str], Union[Path, str]]:
     """``summary_<mode>.json`` (staleness histograms, events, accuracy over time, the config) and
     ``accuracy_<mode>.png`` in ``output`` (a folder or a URI); returns both locations."""
     import matplotlib
@@ -81,30 +84,46 @@ def write_report(output: str, cfg: AsyncSGDConfig, result: AsyncSGDResult) -> tu
 
     mode = result.mode
     summary: dict[str, Any] = {
-        "mode": mode, result.metric: result.score, "updates": result.updates, "wall_s": result.wall_s,
+        "mode": mode,
+        result.metric: result.score,
+        "updates": result.updates,
+        "wall_s": result.wall_s,
         "startup_s": result.startup_s,
         "updates_per_s": result.updates / result.wall_s,
-        "staleness_histogram": {kind: {str(k): int(v) for k, v in zip(*np.unique(values, return_counts=True))}
-                                for kind, values in result.staleness.items()},
+        "staleness_histogram": {
+            kind: {str(k): int(v) for k, v in zip(*np.unique(values, return_counts=True))}
+            for kind, values in result.staleness.items()
+        },
         "dropped_by_shard": [{str(w): n for w, n in d.items()} for d in result.dropped],
-        "events": result.events, "workers_over_time": workers_over_time(result),
-        "accuracy_over_time": result.curve, "config": cfg.model_dump(mode="json"),
+        "events": result.events,
+        "workers_over_time": workers_over_time(result),
+        "accuracy_over_time": result.curve,
+        "config": cfg.model_dump(mode="json"),
     }
     summary_path = write_atomic(join(output, f"summary_{mode}.json"), json.dumps(summary, indent=2) + "\n")
     figure, axis = plt.subplots(figsize=(6, 4))
-    axis.plot([p["seconds"] for p in result.curve], [p[result.metric] for p in result.curve], marker=".", label=mode)
+    axis.plot(
+        [p["seconds"] for p in result.curve], [p[result.metric] for p in result.curve], marker=".", label=mode
+    )
     axis.set(xlabel="wall-clock (s)", ylabel=LABELS[result.metric], title=f"Parameter server, {mode}")
     axis.grid(alpha=0.3)
     timeline = workers_over_time(result)
     if len({n for _, n in timeline}) > 1:  # the workers changed while training: show when
         workers_axis = axis.twinx()
-        workers_axis.step([t for t, _ in timeline], [n for _, n in timeline], where="post", color="tab:orange",
-                          label="workers")
+        workers_axis.step(
+            [t for t, _ in timeline],
+            [n for _, n in timeline],
+            where="post",
+            color="tab:orange",
+            label="workers",
+        )
         workers_axis.set_ylabel("workers training")
         workers_axis.set_ylim(0, max(n for _, n in timeline) + 1)
         workers_axis.legend(loc="lower right")
     axis.legend(loc="upper left")
-    plot_path = write_atomic(join(output, f"accuracy_{mode}.png"),
-                             lambda out: figure.savefig(out, format="png", dpi=100, bbox_inches="tight"))
+    plot_path = write_atomic(
+        join(output, f"accuracy_{mode}.png"),
+        lambda out: figure.savefig(out, format="png", dpi=100, bbox_inches="tight"),
+    )
     plt.close(figure)
     return summary_path, plot_path

@@ -69,27 +69,47 @@ def _wait_for_placement(group, bundles: list[dict], timeout_s: float) -> None:
         ) from None
 
 
-def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list, launched: float,
-           run_token: str) -> AsyncSGDResult:
+def _train(
+    cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list, launched: float, run_token: str
+) -> AsyncSGDResult:
     """Start the shards and workers (appended to ``shards`` and ``workers``, so that the caller can
     always kill them), train until every worker is done, export the model and the report."""
     server, workers_cfg, info = cfg.server, cfg.workers, data.info
     layout = ParamLayout.of(model)
     ranges = layout.shard_ranges(server.num_shards)
     output = storage.normalize(cfg.run.output_dir)
-    options = dict(optimizer=server.optimizer, lr=server.lr, momentum=server.momentum, mode=server.mode,
-                   num_workers=workers_cfg.num_workers, staleness_bound=server.staleness_bound,
-                   staleness_aware_lr=server.staleness_aware_lr, backup_workers=server.backup_workers,
-                   checkpoint_dir=storage.join(output, "checkpoints"),
-                   checkpoint_every=server.checkpoint_every)
-    initial_slices = [InitialSlice(cfg.model.model_dump(mode="json"), workers_cfg.seed, info.input_dim, info.num_classes,
-                                   a, b) for a, b in ranges]
+    options = dict(
+        optimizer=server.optimizer,
+        lr=server.lr,
+        momentum=server.momentum,
+        mode=server.mode,
+        num_workers=workers_cfg.num_workers,
+        staleness_bound=server.staleness_bound,
+        staleness_aware_lr=server.staleness_aware_lr,
+        backup_workers=server.backup_workers,
+        checkpoint_dir=storage.join(output, "checkpoints"),
+        checkpoint_every=server.checkpoint_every,
+    )
+    initial_slices = [
+        InitialSlice(
+            cfg.model.model_dump(mode="json"), workers_cfg.seed, info.input_dim, info.num_classes, a, b
+        )
+        for a, b in ranges
+    ]
     shards += [
         ParameterShard.options(
-            num_cpus=0.01, max_concurrency=64, max_restarts=1, max_task_retries=-1,
+            num_cpus=0.01,
+            max_concurrency=64,
+            max_restarts=1,
+            max_task_retries=-1,
             scheduling_strategy=PlacementGroupSchedulingStrategy(group, workers_cfg.num_workers + i),
-        ).remote(i, initial_slices[i], **options, die_at_update=cfg.fault.kill_shard_at_update if i == 0 else None,
-                 run_token=run_token)
+        ).remote(
+            i,
+            initial_slices[i],
+            **options,
+            die_at_update=cfg.fault.kill_shard_at_update if i == 0 else None,
+            run_token=run_token,
+        )
         for i in range(len(ranges))
     ]
     splits = worker_shards(len(data.y), workers_cfg.num_workers, workers_cfg.seed)
@@ -101,17 +121,36 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
             rows = splits[i]
         else:  # added by dynamic scaling: outside the group, a seeded sample of the training set
             placement = {}
-            rows = np.random.default_rng(workers_cfg.seed + i).choice(len(data.y), len(splits[0]), replace=False)
+            rows = np.random.default_rng(workers_cfg.seed + i).choice(
+                len(data.y), len(splits[0]), replace=False
+            )
         return AsyncWorker.options(num_cpus=1, **placement).remote(
-            i, cfg.model.model_dump(mode="json"), info.input_dim, info.num_classes, data.x[rows],
-            data.y[rows], workers_cfg.batch_size, workers_cfg.seed + i, shards, ranges,
-            StepDelays(workers_cfg.straggler_delay_s if i == workers_cfg.num_workers - 1 else 0.0,
-                       workers_cfg.transient_delay_s, workers_cfg.transient_delay_probability, workers_cfg.seed + i),
-            die_at_step, run_token, cfg.server.mode, workers_cfg.weight_prediction,
+            i,
+            cfg.model.model_dump(mode="json"),
+            info.input_dim,
+            info.num_classes,
+            data.x[rows],
+            data.y[rows],
+            workers_cfg.batch_size,
+            workers_cfg.seed + i,
+            shards,
+            ranges,
+            StepDelays(
+                workers_cfg.straggler_delay_s if i == workers_cfg.num_workers - 1 else 0.0,
+                workers_cfg.transient_delay_s,
+                workers_cfg.transient_delay_probability,
+                workers_cfg.seed + i,
+            ),
+            die_at_step,
+            run_token,
+            cfg.server.mode,
+            workers_cfg.weight_prediction,
         )
 
-    workers += [start_worker(i, cfg.fault.kill_worker_at_step if i == 0 else None)
-                for i in range(workers_cfg.num_workers)]
+    workers += [
+        start_worker(i, cfg.fault.kill_worker_at_step if i == 0 else None)
+        for i in range(workers_cfg.num_workers)
+    ]
     # The clock starts once every worker is up: process start-up is not training time.
     ray.get([w.ready.remote() for w in workers])
     started = time.perf_counter()
@@ -129,8 +168,14 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
                 if index in removed:
                     continue
                 clock = min(ray.get([s.clock_of.remote(index) for s in shards]))
-                events.append({"seconds": time.perf_counter() - started, "event": "worker_replaced",
-                               "worker": index, "at_step": clock})
+                events.append(
+                    {
+                        "seconds": time.perf_counter() - started,
+                        "event": "worker_replaced",
+                        "worker": index,
+                        "at_step": clock,
+                    }
+                )
                 print(f"[{server.mode}] worker {index} died at step {clock}; replaced, resuming", flush=True)
                 workers[index] = start_worker(index)
                 running[workers[index].run.remote(steps - clock, first_clock=clock)] = index
@@ -142,11 +187,13 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
             added = range(len(workers), len(workers) + max(0, target - len(active)))
             workers += [start_worker(index) for index in added]
             starting.update({workers[index].ready.remote(): index for index in added})
-            for index in active[::-1][:max(0, len(active) - target)]:
+            for index in active[::-1][: max(0, len(active) - target)]:
                 removed.add(index)
                 ray.get([s.leave.remote(index) for s in shards])
                 ray.kill(workers[index])
-                events.append({"seconds": time.perf_counter() - started, "event": "worker_removed", "worker": index})
+                events.append(
+                    {"seconds": time.perf_counter() - started, "event": "worker_removed", "worker": index}
+                )
             print(f"[{server.mode}] scaling to {target} workers ({len(active)} were training)", flush=True)
         # A worker joins once its process is up: a sync round or the SSP bound never waits on a
         # process that is still starting (the others train on meanwhile).
@@ -156,10 +203,15 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
             clock = ray.get(shards[0].slowest_clock.remote())  # join level with the slowest
             ray.get([s.join.remote(index, clock) for s in shards])
             running[workers[index].run.remote(max(1, steps - clock), first_clock=clock)] = index
-            events.append({"seconds": time.perf_counter() - started, "event": "worker_added", "worker": index})
+            events.append(
+                {"seconds": time.perf_counter() - started, "event": "worker_added", "worker": index}
+            )
         curve.append(_evaluate(shards, layout, model, data, time.perf_counter() - started))
-        print(f"[{server.mode}] {curve[-1]['seconds']:6.1f}s  updates {curve[-1]['updates']:6d}  "
-              f"{METRICS[data.metric]} {curve[-1][METRICS[data.metric]]:.4f}", flush=True)
+        print(
+            f"[{server.mode}] {curve[-1]['seconds']:6.1f}s  updates {curve[-1]['updates']:6d}  "
+            f"{METRICS[data.metric]} {curve[-1][METRICS[data.metric]]:.4f}",
+            flush=True,
+        )
         stop = _stop_event(cfg, curve[-1]) if running else None
         if stop:
             events.append(stop)
@@ -169,16 +221,35 @@ def _train(cfg: AsyncSGDConfig, group, data, model, shards: list, workers: list,
     wall = time.perf_counter() - started
     stats = ray.get([s.stats.remote() for s in shards])
     staleness = {kind: [v for s in stats for v in s["staleness"][kind]] for kind in ("clock", "updates")}
-    result = AsyncSGDResult(server.mode, curve[-1][METRICS[data.metric]], stats[0]["version"], wall, staleness, curve,
-                            events=events + _shard_restarts(stats, reports), startup_s=started - launched,
-                            dropped=[s["dropped"] for s in stats], num_workers=workers_cfg.num_workers,
-                            metric=METRICS[data.metric])
+    result = AsyncSGDResult(
+        server.mode,
+        curve[-1][METRICS[data.metric]],
+        stats[0]["version"],
+        wall,
+        staleness,
+        curve,
+        events=events + _shard_restarts(stats, reports),
+        startup_s=started - launched,
+        dropped=[s["dropped"] for s in stats],
+        num_workers=workers_cfg.num_workers,
+        metric=METRICS[data.metric],
+    )
     result.artifact = save_artifact(
-        cfg.artifact.dir, model, cfg.model, input_dim=info.input_dim, num_classes=info.num_classes,
+        cfg.artifact.dir,
+        model,
+        cfg.model,
+        input_dim=info.input_dim,
+        num_classes=info.num_classes,
         metrics={result.metric: result.score},
         dataset={"source": localized(cfg.data).source, "fingerprint": data.fingerprint},
-        extra={"training": {"job": "async_sgd", "mode": server.mode, "num_shards": server.num_shards,
-                            "num_workers": workers_cfg.num_workers}},
+        extra={
+            "training": {
+                "job": "async_sgd",
+                "mode": server.mode,
+                "num_shards": server.num_shards,
+                "num_workers": workers_cfg.num_workers,
+            }
+        },
     )
     result.summary_path, result.plot_path = write_report(output, cfg, result)
     return result
@@ -188,7 +259,11 @@ def _stop_event(cfg: AsyncSGDConfig, point: dict) -> Optional[dict]:
     """The event that ends the run early at this measurement, if any: the target accuracy reached
     (``run.stop_at_accuracy``) or the time budget spent (``run.max_seconds``)."""
     if cfg.run.stop_at_accuracy and point["test_accuracy"] >= cfg.run.stop_at_accuracy:
-        return {"seconds": point["seconds"], "event": "stopped_at_accuracy", "test_accuracy": point["test_accuracy"]}
+        return {
+            "seconds": point["seconds"],
+            "event": "stopped_at_accuracy",
+            "test_accuracy": point["test_accuracy"],
+        }
     if cfg.run.max_seconds and point["seconds"] >= cfg.run.max_seconds:
         return {"seconds": point["seconds"], "event": "stopped_at_time", "updates": point["updates"]}
     return None
@@ -201,15 +276,25 @@ def _shard_restarts(stats: list[dict], reports: list[dict]) -> list[dict]:
         if shard["incarnation"] == 0:
             continue
         acked_before = max((r["acked"][index].get(0, 0) for r in reports), default=0)
-        events.append({"event": "shard_restored", "shard": index, "restored_version": shard["restored_version"],
-                       "lost_updates": max(0, acked_before - shard["restored_version"])})
+        events.append(
+            {
+                "event": "shard_restored",
+                "shard": index,
+                "restored_version": shard["restored_version"],
+                "lost_updates": max(0, acked_before - shard["restored_version"]),
+            }
+        )
     return events
 
 
 def _evaluate(shards, layout: ParamLayout, model, data: InMemoryData, seconds: float) -> dict[str, float]:
     snapshots = ray.get([s.snapshot.remote() for s in shards])
     layout.assign(model, np.concatenate([flat for flat, _ in snapshots]))
-    return {"seconds": seconds, "updates": int(snapshots[0][1]), METRICS[data.metric]: held_out_score(model, data)}
+    return {
+        "seconds": seconds,
+        "updates": int(snapshots[0][1]),
+        METRICS[data.metric]: held_out_score(model, data),
+    }
 
 
 def held_out_score(model: torch.nn.Module, data: InMemoryData) -> float:

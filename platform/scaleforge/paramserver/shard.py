@@ -36,10 +36,24 @@ from scaleforge.storage import is_file, join, read_bytes, write_atomic
 
 @ray.remote
 class ParameterShard:
-    def __init__(self, index: int, init: "np.ndarray | InitialSlice", *, optimizer: str, lr: float, momentum: float, mode: str,
-                 num_workers: int, staleness_bound: int, staleness_aware_lr: bool, backup_workers: int = 0,
-                 checkpoint_dir: Optional[str] = None, checkpoint_every: int = 0,
-                 die_at_update: Optional[int] = None, run_token: Optional[str] = None):
+    def __init__(
+        self,
+        index: int,
+        init: "np.ndarray | InitialSlice",
+        *,
+        optimizer: str,
+        lr: float,
+        momentum: float,
+        mode: str,
+        num_workers: int,
+        staleness_bound: int,
+        staleness_aware_lr: bool,
+        backup_workers: int = 0,
+        checkpoint_dir: Optional[str] = None,
+        checkpoint_every: int = 0,
+        die_at_update: Optional[int] = None,
+        run_token: Optional[str] = None,
+    ):
         self.index, self.mode, self.bound = index, mode, staleness_bound
         # Ray re-runs __init__ when it restarts this actor (max_restarts): then restore, never die again.
         with warnings.catch_warnings():  # Ray's own property reads its deprecated ``actor_id``
@@ -73,7 +87,9 @@ class ParameterShard:
         self.checkpoint_every = checkpoint_every
         self.restored_version = self._restore()
 
-    async def pull(self, worker: int, clock: int, node_id: Optional[str] = None, pushed_to: Optional[int] = None):
+    async def pull(
+        self, worker: int, clock: int, node_id: Optional[str] = None, pushed_to: Optional[int] = None
+    ):
         """This shard's slice for ``worker``'s step ``clock`` (a worker on ``node_id``); waits while the mode says so.
 
         Args:
@@ -101,8 +117,9 @@ class ParameterShard:
                 return self.window.note, self.version, self._slowest()
             return self.param.detach().numpy().copy(), self.version, self._slowest()
 
-    async def push(self, worker: int, grad: "np.ndarray | SharedGradient", read_version: int, read_clock: int,
-                   clock: int) -> "tuple[int, int] | str":
+    async def push(
+        self, worker: int, grad: "np.ndarray | SharedGradient", read_version: int, read_clock: int, clock: int
+    ) -> "tuple[int, int] | str":
         """Apply (or, in sync mode, collect) ``worker``'s gradient of its step ``clock``, computed on
         ``read_version``: this shard's slice, or a note of where a worker on this node left it.
 
@@ -166,8 +183,13 @@ class ParameterShard:
         return self.param.detach().numpy().copy(), self.version
 
     def stats(self) -> dict:
-        return {"version": self.version, "restored_version": self.restored_version, "incarnation": self.incarnation,
-                "staleness": self.staleness, "dropped": self.rounds.dropped}
+        return {
+            "version": self.version,
+            "restored_version": self.restored_version,
+            "incarnation": self.incarnation,
+            "staleness": self.staleness,
+            "dropped": self.rounds.dropped,
+        }
 
     def clock_of(self, worker: int) -> int:
         """Steps of ``worker`` this shard has received."""
@@ -199,7 +221,10 @@ class ParameterShard:
         tensors = {"param": self.param.detach().clone()}
         for name, value in self.optimizer.state[self.param].items():
             tensors[f"opt.{name}"] = value.detach().clone() if torch.is_tensor(value) else torch.tensor(value)
-        metadata = {"version": str(self.version), "clocks": ",".join(f"{w}:{c}" for w, c in self.clocks.items())}
+        metadata = {
+            "version": str(self.version),
+            "clocks": ",".join(f"{w}:{c}" for w, c in self.clocks.items()),
+        }
         write_atomic(self.checkpoint_path, save(tensors, metadata=metadata))
 
     def _restore(self) -> int:
@@ -215,7 +240,9 @@ class ParameterShard:
             self.param.copy_(tensors.pop("param"))
             self.version = int(metadata["version"])
         self.optimizer.state[self.param] = {k.removeprefix("opt."): v for k, v in tensors.items()}
-        self.clocks = {int(w): int(c) for w, c in (item.split(":") for item in metadata["clocks"].split(",") if item)}
+        self.clocks = {
+            int(w): int(c) for w, c in (item.split(":") for item in metadata["clocks"].split(",") if item)
+        }
         return self.version
 
 
@@ -223,4 +250,4 @@ def _safetensors_metadata(blob: bytes) -> dict[str, str]:
     """The ``__metadata__`` of a safetensors file held in memory: its JSON header, after the header's
     8-byte little-endian length (``safe_open`` reads metadata from a local file only)."""
     size = int.from_bytes(blob[:8], "little")
-    return json.loads(blob[8:8 + size]).get("__metadata__", {})
+    return json.loads(blob[8 : 8 + size]).get("__metadata__", {})

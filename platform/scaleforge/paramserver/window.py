@@ -49,9 +49,11 @@ class ParamWindow:
 
     def __init__(self, path: Path, size: int, node_id: str):
         reuse = path.is_file() and path.stat().st_size == 8 * HEADER + 4 * size
-        self._map = np.memmap(path, dtype=np.uint8, mode="r+" if reuse else "w+", shape=(8 * HEADER + 4 * size,))
-        self.header = self._map[:8 * HEADER].view(np.int64)
-        self.values = self._map[8 * HEADER:].view(np.float32)
+        self._map = np.memmap(
+            path, dtype=np.uint8, mode="r+" if reuse else "w+", shape=(8 * HEADER + 4 * size,)
+        )
+        self.header = self._map[: 8 * HEADER].view(np.int64)
+        self.values = self._map[8 * HEADER :].view(np.float32)
         self.note = SharedSlice(str(path), node_id)
 
     @classmethod
@@ -87,7 +89,7 @@ class WindowReader:
         if note.path not in self.maps:
             self.maps[note.path] = np.memmap(note.path, dtype=np.uint8, mode="r")
         raw = self.maps[note.path]
-        header, values = raw[:8 * HEADER].view(np.int64), raw[8 * HEADER:].view(np.float32)
+        header, values = raw[: 8 * HEADER].view(np.int64), raw[8 * HEADER :].view(np.float32)
         while True:
             before = int(header[0])
             if before % 2 == 0:

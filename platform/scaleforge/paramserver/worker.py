@@ -17,13 +17,15 @@ from scaleforge.paramserver.window import SharedSlice, WindowReader
 from scaleforge.quickfit import as_inputs
 
 
-def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def batches(
+    x: np.ndarray, y: np.ndarray, batch_size: int, seed: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless shuffled mini-batches, a fresh permutation per pass (seeded: reproducible)."""
     rng = np.random.default_rng(seed)
     while True:
         order = rng.permutation(len(y))
         for start in range(0, len(y), batch_size):
-            rows = order[start:start + batch_size]
+            rows = order[start : start + batch_size]
             yield as_inputs(x[rows]), torch.as_tensor(y[rows], dtype=torch.int64)
 
 
@@ -35,7 +37,9 @@ class StepDelays:
     2013's transient stragglers: each worker is sometimes slow).
     """
 
-    def __init__(self, persistent_s: float = 0.0, transient_s: float = 0.0, probability: float = 0.0, seed: int = 0):
+    def __init__(
+        self, persistent_s: float = 0.0, transient_s: float = 0.0, probability: float = 0.0, seed: int = 0
+    ):
         self.persistent_s, self.transient_s, self.probability = persistent_s, transient_s, probability
         self.rng = np.random.default_rng([seed, 0x5EED])
 
@@ -67,7 +71,9 @@ class WeightPredictor:
         for i, ((start, stop), (version, _)) in enumerate(zip(self.ranges, reads)):
             moved = version - self.versions[i]  # updates since the previous read (< 0: a restarted shard)
             if self.previous is not None and moved > 0 and self.staleness[i]:
-                flat[start:stop] += (self.staleness[i] / moved) * (read[start:stop] - self.previous[start:stop])
+                flat[start:stop] += (self.staleness[i] / moved) * (
+                    read[start:stop] - self.previous[start:stop]
+                )
         self.previous, self.versions = read, [version for version, _ in reads]
 
     def landed(self, reads: list[tuple[int, int]], acks: list[tuple[int, int]]) -> None:
@@ -77,8 +83,13 @@ class WeightPredictor:
                 self.staleness[i] += self.SMOOTHING * (version - 1 - read_version - self.staleness[i])
 
 
-def gradient(model: torch.nn.Module, layout: ParamLayout, x: torch.Tensor, y: torch.Tensor,
-             out: Optional[np.ndarray] = None) -> tuple[np.ndarray, float]:
+def gradient(
+    model: torch.nn.Module,
+    layout: ParamLayout,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    out: Optional[np.ndarray] = None,
+) -> tuple[np.ndarray, float]:
     """The flat gradient of the mean cross-entropy on one batch (a language model's: over every next
     token) written into ``out`` when given, and the loss."""
     model.zero_grad(set_to_none=False)
@@ -90,10 +101,24 @@ def gradient(model: torch.nn.Module, layout: ParamLayout, x: torch.Tensor, y: to
 
 @ray.remote
 class AsyncWorker:
-    def __init__(self, index: int, model: dict, input_dim: int, num_classes: int, x: np.ndarray, y: np.ndarray,
-                 batch_size: int, seed: int, shards: list, ranges: list[tuple[int, int]],
-                 delays: Optional[StepDelays] = None, die_at_step: Optional[int] = None,
-                 run_token: Optional[str] = None, mode: str = "async", weight_prediction: bool = False):
+    def __init__(
+        self,
+        index: int,
+        model: dict,
+        input_dim: int,
+        num_classes: int,
+        x: np.ndarray,
+        y: np.ndarray,
+        batch_size: int,
+        seed: int,
+        shards: list,
+        ranges: list[tuple[int, int]],
+        delays: Optional[StepDelays] = None,
+        die_at_step: Optional[int] = None,
+        run_token: Optional[str] = None,
+        mode: str = "async",
+        weight_prediction: bool = False,
+    ):
         torch.set_num_threads(1)
         self.index, self.shards, self.ranges = index, shards, ranges
         self.delays = delays or StepDelays()
@@ -138,22 +163,32 @@ class AsyncWorker:
             # the worker knows each shard's incarnation: the shard answers it after the push has landed
             # (Ray may run an async actor's calls in any order).
             overlap = clock + 1 < end and None not in self.outbox.incarnations
-            acks = self.outbox.push(reads, clock, meanwhile=(lambda: pulls.extend(self._request(clock + 1, True)))
-                                    if overlap else None)
+            acks = self.outbox.push(
+                reads,
+                clock,
+                meanwhile=(lambda: pulls.extend(self._request(clock + 1, True))) if overlap else None,
+            )
             if self.predictor is not None:
                 self.predictor.landed(reads, acks)
             for shard_index, (version, incarnation) in enumerate(acks):
                 seen = self.acked[shard_index]
                 seen[incarnation] = max(seen.get(incarnation, 0), version)
             losses.append(loss)
-        return {"worker": self.index, "steps": steps, "seconds": time.perf_counter() - started,
-                "final_loss": float(np.mean(losses[-10:] or [np.nan])), "acked": self.acked}
+        return {
+            "worker": self.index,
+            "steps": steps,
+            "seconds": time.perf_counter() - started,
+            "final_loss": float(np.mean(losses[-10:] or [np.nan])),
+            "acked": self.acked,
+        }
 
     def _request(self, clock: int, after_push: bool = False) -> list:
         """Ask every shard for its parameters for step ``clock`` (references to the answers); with
         ``after_push``, the push of step ``clock - 1`` is on its way to each."""
-        return [shard.pull.remote(self.index, clock, self.outbox.node_id, incarnation if after_push else None)
-                for shard, incarnation in zip(self.shards, self.outbox.incarnations)]
+        return [
+            shard.pull.remote(self.index, clock, self.outbox.node_id, incarnation if after_push else None)
+            for shard, incarnation in zip(self.shards, self.outbox.incarnations)
+        ]
 
     def _read(self, pulls: list) -> list[tuple[int, int]]:
         """Every shard's parameters into the model; per shard, the (version, slowest clock) read."""

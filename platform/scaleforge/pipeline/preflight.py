@@ -6,8 +6,8 @@ from scaleforge.config.async_sgd import AsyncSGDConfig
 from scaleforge.config.loader import ConfigError, load_config
 from scaleforge.config.pipeline import PipelineConfig
 from scaleforge.config.schema import TrainJobConfig
-from scaleforge.storage import check_fields
 from scaleforge.paramserver.preflight import check_runnable as check_async_sgd
+from scaleforge.storage import check_fields
 from scaleforge.train.preflight import check_runnable as check_training
 
 
@@ -19,8 +19,11 @@ def check_runnable(cfg: PipelineConfig) -> None:
         ConfigError: ``stage <name>: <that config's error>`` or ``<stage>.config: '...' does not exist``.
     """
     check_fields({"output": cfg.output})
-    stages = (("teacher", TrainJobConfig, check_training), ("async_sgd", AsyncSGDConfig, check_async_sgd),
-              ("moe", TrainJobConfig, check_training))
+    stages = (
+        ("teacher", TrainJobConfig, check_training),
+        ("async_sgd", AsyncSGDConfig, check_async_sgd),
+        ("moe", TrainJobConfig, check_training),
+    )
     for name, schema, preflight in stages:
         spec = getattr(cfg, name)
         try:

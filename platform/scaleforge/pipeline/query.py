@@ -42,8 +42,14 @@ class QueryStage(PipelineStage):
         x, y = x[:limit], y[:limit]
         urls = served.direct_urls or [served.url]
         models = {name: query_model(urls, name, x, y, ctx.cfg.query) for name in SERVED}
-        return QueryRecord(url=urls[0], inputs=len(y), placement=served.placement, models=models,
-                           direct=bool(served.direct_urls), pipeline_wall_s=time.perf_counter() - ctx.started)
+        return QueryRecord(
+            url=urls[0],
+            inputs=len(y),
+            placement=served.placement,
+            models=models,
+            direct=bool(served.direct_urls),
+            pipeline_wall_s=time.perf_counter() - ctx.started,
+        )
 
 
 def test_set(calibrated: CalibrateRecord) -> tuple[np.ndarray, np.ndarray]:
@@ -54,23 +60,36 @@ def test_set(calibrated: CalibrateRecord) -> tuple[np.ndarray, np.ndarray]:
     return arrays.x_test[rows].astype(np.float32), arrays.y_test[rows]
 
 
-def query_model(urls: list[str], name: str, x: np.ndarray, y: np.ndarray, spec: QuerySpec) -> ServedModelResult:
+def query_model(
+    urls: list[str], name: str, x: np.ndarray, y: np.ndarray, spec: QuerySpec
+) -> ServedModelResult:
     """POST the inputs in batches from ``spec.concurrency`` clients, each sending its next batch as soon
     as its last one is answered, for one pass over the inputs or ``spec.seconds`` if longer; accuracy
     (over the first pass), latency, throughput and routing shares. ``urls``: the endpoint's base URLs
     (the proxy, or each ingress replica's own), the clients spread over them."""
-    batches = [(start, x[start:start + spec.batch_size]) for start in range(0, len(x), spec.batch_size)]
+    batches = [(start, x[start : start + spec.batch_size]) for start in range(0, len(x), spec.batch_size)]
     parameters = {"trace": True} if name in ("cascade", "moe") else {}
     tickets, lock, finished = itertools.count(), threading.Lock(), queue.Queue()
 
     def send(client: httpx.Client, start: int, rows: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
-        body = {"inputs": [{"name": "input", "shape": list(rows.shape), "datatype": "FP32",
-                            "data": rows.ravel().tolist()}], "parameters": parameters}
+        body = {
+            "inputs": [
+                {
+                    "name": "input",
+                    "shape": list(rows.shape),
+                    "datatype": "FP32",
+                    "data": rows.ravel().tolist(),
+                }
+            ],
+            "parameters": parameters,
+        }
         began = time.perf_counter()
         response = post_idempotent(client, f"/v2/models/{name}/infer", body, f"[query] {name}: rows {start}+")
         elapsed = time.perf_counter() - began  # the latency a client sees, retries included
         response.raise_for_status()
-        return elapsed, {o["name"]: np.asarray(o["data"]).reshape(o["shape"]) for o in response.json()["outputs"]}
+        return elapsed, {
+            o["name"]: np.asarray(o["data"]).reshape(o["shape"]) for o in response.json()["outputs"]
+        }
 
     def closed_loop_client(url: str) -> None:
         try:
@@ -99,17 +118,23 @@ def query_model(urls: list[str], name: str, x: np.ndarray, y: np.ndarray, spec: 
         began = time.perf_counter()
         deadline = began + spec.seconds
         clients = [pool.submit(closed_loop_client, urls[i % len(urls)]) for i in range(spec.concurrency)]
-        answers = list(bar(answered(), len(batches) if not spec.seconds else None, f"[query] {name}: requests"))
+        answers = list(
+            bar(answered(), len(batches) if not spec.seconds else None, f"[query] {name}: requests")
+        )
         wall = time.perf_counter() - began
         for ended in clients:
             ended.result()  # a client's error, raised here
     first_pass = sorted((a for a in answers if a[3] is not None), key=lambda a: a[0])
     outputs = {key: concat_rows([a[3][key] for a in first_pass]) for key in first_pass[0][3]}
     latencies = np.array([a[2] for a in answers]) * 1e3
-    result = ServedModelResult(accuracy=float((outputs["class"].ravel() == y).mean()),
-                               p50_ms=float(np.percentile(latencies, 50)), p99_ms=float(np.percentile(latencies, 99)),
-                               inputs_per_s=sum(a[1] for a in answers) / wall, requests=len(answers),
-                               seconds=wall)
+    result = ServedModelResult(
+        accuracy=float((outputs["class"].ravel() == y).mean()),
+        p50_ms=float(np.percentile(latencies, 50)),
+        p99_ms=float(np.percentile(latencies, 99)),
+        inputs_per_s=sum(a[1] for a in answers) / wall,
+        requests=len(answers),
+        seconds=wall,
+    )
     if "stage" in outputs:
         stages = outputs["stage"].ravel().astype(int)
         result.answered_per_stage = [float((stages == s).mean()) for s in range(int(stages.max()) + 1)]
@@ -128,7 +153,7 @@ def post_idempotent(client: httpx.Client, path: str, body: dict, what: str) -> h
         except RETRIED as error:
             if attempt == ATTEMPTS - 1:
                 raise
-            wait = 0.25 * 2 ** attempt
+            wait = 0.25 * 2**attempt
             print(f"{what}: {type(error).__name__} ({error}), sent again in {wait:g} s", flush=True)
             time.sleep(wait)
     raise AssertionError("unreachable")

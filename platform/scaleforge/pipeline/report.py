@@ -1,6 +1,5 @@
 """The main job's report: a final table, a markdown file and the plots a person would rather look at."""
 
-
 import torch
 
 from scaleforge.artifacts.servable import load_servable
@@ -28,18 +27,28 @@ def final_table(records: Records) -> str:
         if row.answered_per_stage is not None:
             routing = "answered per stage " + " / ".join(f"{s:.0%}" for s in row.answered_per_stage)
         if row.first_expert_share is not None:
-            routing = ("first expert " + " ".join(f"{s:.0%}" for s in row.first_expert_share)
-                       + f"; fallbacks {row.fallbacks}")
-        lines.append(f"{name:14s} {row.accuracy:8.4f} {row.p50_ms:7.1f} {row.p99_ms:7.1f} "
-                     f"{row.inputs_per_s:9.0f}  {routing}".rstrip())
-    lines.append("queried at the ingress replica's own port (direct ingress)" if query.direct
-                 else "queried through Serve's HTTP proxy")
+            routing = (
+                "first expert "
+                + " ".join(f"{s:.0%}" for s in row.first_expert_share)
+                + f"; fallbacks {row.fallbacks}"
+            )
+        lines.append(
+            f"{name:14s} {row.accuracy:8.4f} {row.p50_ms:7.1f} {row.p99_ms:7.1f} "
+            f"{row.inputs_per_s:9.0f}  {routing}".rstrip()
+        )
+    lines.append(
+        "queried at the ingress replica's own port (direct ingress)"
+        if query.direct
+        else "queried through Serve's HTTP proxy"
+    )
     if {"cascade", "teacher"} <= query.models.keys():
         lines.append(cascade_against_teacher(query.models["cascade"], query.models["teacher"]))
     lines.append(f"compressed model: {slim_sentence(records.compress.report.model_dump())}")
     runs = records.async_sgd.runs
-    lines.append("parameter server: " + ", ".join(f"{mode} {run.test_accuracy:.4f} in {run.wall_s:.0f} s"
-                                                  for mode, run in runs.items()))
+    lines.append(
+        "parameter server: "
+        + ", ".join(f"{mode} {run.test_accuracy:.4f} in {run.wall_s:.0f} s" for mode, run in runs.items())
+    )
     lines.append(placement_line(query.placement))
     lines.append(f"pipeline wall-clock: {query.pipeline_wall_s:.0f} s")
     return "\n".join(lines)
@@ -47,8 +56,10 @@ def final_table(records: Records) -> str:
 
 def cascade_against_teacher(cascade: ServedModelResult, teacher: ServedModelResult) -> str:
     """What the cascade's routing buys over serving the teacher alone, measured under the same load."""
-    return (f"cascade against the teacher: {cascade.inputs_per_s / teacher.inputs_per_s:.2f}x the inputs/s, "
-            f"accuracy {cascade.accuracy - teacher.accuracy:+.4f}")
+    return (
+        f"cascade against the teacher: {cascade.inputs_per_s / teacher.inputs_per_s:.2f}x the inputs/s, "
+        f"accuracy {cascade.accuracy - teacher.accuracy:+.4f}"
+    )
 
 
 def placement_line(placement: Placement) -> str:
@@ -69,16 +80,23 @@ def write_report(records: Records, folder: str) -> str:
     matplotlib.use("Agg")
     _training_curves(records, join(folder, "training_curves.png"))
     _sync_vs_async(records, join(folder, "sync_vs_async.png"))
-    write_atomic(join(folder, "compression_accuracy_vs_size.png"),
-                 read_bytes(join(records.compress.output, "accuracy_vs_size_latency.png")))
+    write_atomic(
+        join(folder, "compression_accuracy_vs_size.png"),
+        read_bytes(join(records.compress.output, "accuracy_vs_size_latency.png")),
+    )
     _cascade_curve(records, join(folder, "cascade_accuracy_vs_cost.png"))
     calibrate = records.calibrate
     markdown = [
-        "# scaleforge pipeline report", "",
-        "```", final_table(records), "```", "",
+        "# scaleforge pipeline report",
+        "",
+        "```",
+        final_table(records),
+        "```",
+        "",
         f"Cascade thresholds {calibrate.thresholds} calibrated on validation data: held-out accuracy "
         f"{calibrate.accuracy:.4f} against {calibrate.last_stage_accuracy:.4f} for the teacher alone, "
-        "answered per stage " + " / ".join(f"{s:.1%}" for s in calibrate.answered_per_stage) + ".", "",
+        "answered per stage " + " / ".join(f"{s:.1%}" for s in calibrate.answered_per_stage) + ".",
+        "",
     ]
     for name, title in PLOTS.items():
         markdown += [f"## {title}", "", f"![{title}]({name})", ""]
@@ -133,9 +151,19 @@ def _cascade_curve(records: Records, path: str) -> None:
     plt, figure, axis = _figure()
     axis.plot(*zip(*points), marker=".", label="thresholds 0 to 1")
     chosen = simulate_cascade(probs, records.calibrate.thresholds, cascade.measure)
-    axis.scatter([1 - chosen.answered_at(0)], [float((chosen.predictions == y).float().mean())], color="red",
-                 zorder=3, label="calibrated")
-    axis.axhline(float((probs[-1].argmax(-1) == y).float().mean()), color="gray", linestyle="--", label="teacher alone")
-    axis.set(xlabel="share of inputs escalated to the teacher (cost)", ylabel="test accuracy",
-             title="Cascade: accuracy against cost")
+    axis.scatter(
+        [1 - chosen.answered_at(0)],
+        [float((chosen.predictions == y).float().mean())],
+        color="red",
+        zorder=3,
+        label="calibrated",
+    )
+    axis.axhline(
+        float((probs[-1].argmax(-1) == y).float().mean()), color="gray", linestyle="--", label="teacher alone"
+    )
+    axis.set(
+        xlabel="share of inputs escalated to the teacher (cost)",
+        ylabel="test accuracy",
+        title="Cascade: accuracy against cost",
+    )
     _save(plt, figure, axis, path)

@@ -12,20 +12,32 @@ from typing import Callable, Optional
 
 from pydantic import ValidationError
 
+from scaleforge import storage
 from scaleforge.config.pipeline import STAGES, PipelineConfig, Stage
 from scaleforge.pipeline.base import PipelineStage, StageContext
 from scaleforge.pipeline.query import QueryStage
 from scaleforge.pipeline.records import Records, StageRecord
 from scaleforge.pipeline.serve import ServeStage
 from scaleforge.pipeline.stages import AsyncSGDStage, CalibrateStage, CompressStage, MoEStage, TeacherStage
-from scaleforge import storage
 from scaleforge.storage import write_atomic
 
-_BY_NAME: dict[str, type[PipelineStage]] = {stage.name: stage for stage in (
-    TeacherStage, AsyncSGDStage, CompressStage, MoEStage, CalibrateStage, ServeStage, QueryStage)}
+_BY_NAME: dict[str, type[PipelineStage]] = {
+    stage.name: stage
+    for stage in (
+        TeacherStage,
+        AsyncSGDStage,
+        CompressStage,
+        MoEStage,
+        CalibrateStage,
+        ServeStage,
+        QueryStage,
+    )
+}
 if not set(STAGES) == set(_BY_NAME) == set(Records.model_fields):
-    raise ImportError(f"scaleforge.pipeline: STAGES {STAGES}, the stage classes {tuple(_BY_NAME)} and the "
-                      f"Records fields {tuple(Records.model_fields)} must name the same stages")
+    raise ImportError(
+        f"scaleforge.pipeline: STAGES {STAGES}, the stage classes {tuple(_BY_NAME)} and the "
+        f"Records fields {tuple(Records.model_fields)} must name the same stages"
+    )
 PIPELINE: tuple[type[PipelineStage], ...] = tuple(_BY_NAME[name] for name in STAGES)
 """The stage classes in the order ``STAGES`` gives."""
 
@@ -51,17 +63,27 @@ class Pipeline:
         StageOrderError: ``stop_after`` comes before ``redo_from``.
     """
 
-    def __init__(self, cfg: PipelineConfig, redo_from: Optional[Stage] = None, log: Callable[[str], None] = print,
-                 stop_after: Optional[Stage] = None):
+    def __init__(
+        self,
+        cfg: PipelineConfig,
+        redo_from: Optional[Stage] = None,
+        log: Callable[[str], None] = print,
+        stop_after: Optional[Stage] = None,
+    ):
         if redo_from and stop_after and STAGES.index(stop_after) < STAGES.index(redo_from):
-            raise StageOrderError(f"--to {stop_after} comes before --from {redo_from} (stages: {', '.join(STAGES)})")
+            raise StageOrderError(
+                f"--to {stop_after} comes before --from {redo_from} (stages: {', '.join(STAGES)})"
+            )
         self.cfg, self.log = cfg, log
         self.out = storage.normalize(cfg.output)
         self.records = Records()
-        self.stages = PIPELINE[:STAGES.index(stop_after) + 1] if stop_after else PIPELINE
-        kept = self.stages[:STAGES.index(redo_from)] if redo_from else self.stages
-        self._reused = {stage.name: record for stage in kept if stage.reusable
-                        and (record := self._read_record(stage)) is not None}
+        self.stages = PIPELINE[: STAGES.index(stop_after) + 1] if stop_after else PIPELINE
+        kept = self.stages[: STAGES.index(redo_from)] if redo_from else self.stages
+        self._reused = {
+            stage.name: record
+            for stage in kept
+            if stage.reusable and (record := self._read_record(stage)) is not None
+        }
 
     def record_path(self, stage: Stage) -> str:
         """``records/<stage>.json`` in the output folder (or under the output URI)."""
@@ -94,8 +116,10 @@ class Pipeline:
         finally:
             for stage in reversed(started):
                 if finished and stage.outlives_run and stage is started[-1] and stage.name != STAGES[-1]:
-                    self.log(f"[pipeline] {stage.name}: left running for the next run (--from "
-                             f"{STAGES[STAGES.index(stage.name) + 1]})")
+                    self.log(
+                        f"[pipeline] {stage.name}: left running for the next run (--from "
+                        f"{STAGES[STAGES.index(stage.name) + 1]})"
+                    )
                 else:
                     stage.close()
         return self.records
@@ -107,8 +131,9 @@ class Pipeline:
                 raise RuntimeError(f"injected failure (fault.fail_at_stage={stage.name})")
             record = stage.run(ctx)
         except Exception as err:
-            raise StageFailed(f"stage {stage.name} failed: {err}; earlier stages are kept, resume with "
-                              f"--from {stage.name}") from err
+            raise StageFailed(
+                f"stage {stage.name} failed: {err}; earlier stages are kept, resume with --from {stage.name}"
+            ) from err
         return record.model_copy(update={"wall_s": time.perf_counter() - began})
 
     def _read_record(self, stage: type[PipelineStage]) -> Optional[StageRecord]:

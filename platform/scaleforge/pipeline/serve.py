@@ -53,16 +53,27 @@ class ServeStage(PipelineStage):
         cfg = load_config(ServeConfig, ctx.records.calibrate.serve_config)
         app = cfg.applications[0]
         args, placement = _place(ctx, app.args)
-        cfg = cfg.model_copy(update={
-            "http_options": cfg.http_options.model_copy(update={"port": free_ports(1)[0]}),
-            "applications": [app.model_copy(update={"args": args}), *cfg.applications[1:]]})
+        cfg = cfg.model_copy(
+            update={
+                "http_options": cfg.http_options.model_copy(update={"port": free_ports(1)[0]}),
+                "applications": [app.model_copy(update={"args": args}), *cfg.applications[1:]],
+            }
+        )
         self._apps = [a.name for a in cfg.applications]  # a deploy that fails half way has started some
         url = deploy(cfg)
-        placed = write_serve_yaml(join(ctx.out, "serve.placed.yaml"), cfg, "# ray serve config as the pipeline's serve "
-                                  "stage deployed it: serve.yaml with each model placed for this cluster\n")
-        return ServeRecord(url=url, placement=placement, serve_config=str(placed),
-                           loaded_from=_loaded_from(app.name, args),
-                           direct_urls=running_direct_ingress_urls().get(app.name, []))
+        placed = write_serve_yaml(
+            join(ctx.out, "serve.placed.yaml"),
+            cfg,
+            "# ray serve config as the pipeline's serve "
+            "stage deployed it: serve.yaml with each model placed for this cluster\n",
+        )
+        return ServeRecord(
+            url=url,
+            placement=placement,
+            serve_config=str(placed),
+            loaded_from=_loaded_from(app.name, args),
+            direct_urls=running_direct_ingress_urls().get(app.name, []),
+        )
 
     def close(self) -> None:
         """Delete this run's applications (other apps on a shared cluster, and Serve itself, stay)."""
@@ -76,9 +87,15 @@ def _loaded_from(app: str, args: ServeArgs) -> dict[str, LoadedFrom]:
     """Ask a replica of each model deployment what it loaded and where it runs."""
     from ray import serve
 
-    return {model.name: LoadedFrom.model_validate(serve.get_deployment_handle(model.deployment_name, app_name=app)
-                                                  .loaded_from.remote().result(timeout_s=60))
-            for model in args.models if not model.in_ingress}
+    return {
+        model.name: LoadedFrom.model_validate(
+            serve.get_deployment_handle(model.deployment_name, app_name=app)
+            .loaded_from.remote()
+            .result(timeout_s=60)
+        )
+        for model in args.models
+        if not model.in_ingress
+    }
 
 
 def _place(ctx: StageContext, args: ServeArgs) -> tuple[ServeArgs, Placement]:
@@ -89,14 +106,26 @@ def _place(ctx: StageContext, args: ServeArgs) -> tuple[ServeArgs, Placement]:
     spec = ctx.cfg.placement
     if not spec.enabled:
         return args, Placement(enabled=False)
-    reports = (read_reports(spec.hwbench) if spec.hwbench
-               else measure_cluster(cpu_size=256, gpu_size=2048, repeats=2))
+    reports = (
+        read_reports(spec.hwbench)
+        if spec.hwbench
+        else measure_cluster(cpu_size=256, gpu_size=2048, repeats=2)
+    )
     hardware = ClusterHardware.from_reports(reports)
-    args, where = place_models(args, hardware, gpu_share=spec.gpu_share, gpu_min_parameters=spec.gpu_min_parameters)
-    ctx.log(f"[pipeline] placement: {len(hardware.cpu_nodes)} CPU-only node(s), {len(hardware.gpu_nodes)} "
-            f"GPU node(s); " + ", ".join(f"{name}->{kind}" for name, kind in where.items()))
-    return args, Placement(enabled=True, cpu_nodes=len(hardware.cpu_nodes), gpu_nodes=len(hardware.gpu_nodes),
-                           models=where, devices=reports)
+    args, where = place_models(
+        args, hardware, gpu_share=spec.gpu_share, gpu_min_parameters=spec.gpu_min_parameters
+    )
+    ctx.log(
+        f"[pipeline] placement: {len(hardware.cpu_nodes)} CPU-only node(s), {len(hardware.gpu_nodes)} "
+        f"GPU node(s); " + ", ".join(f"{name}->{kind}" for name, kind in where.items())
+    )
+    return args, Placement(
+        enabled=True,
+        cpu_nodes=len(hardware.cpu_nodes),
+        gpu_nodes=len(hardware.gpu_nodes),
+        models=where,
+        devices=reports,
+    )
 
 
 def write_serve_yaml(path: str, cfg: ServeConfig, header: str) -> Union[Path, str]:

@@ -8,8 +8,14 @@ from scaleforge.routing.cascade import (
     escalate,
     simulate_cascade,
 )
-from scaleforge.routing.experts import (ExpertChoice, NoExpertAvailable, choose_experts, combine_outputs, fallback_order,
-                                       uncomputed_experts)
+from scaleforge.routing.experts import (
+    ExpertChoice,
+    NoExpertAvailable,
+    choose_experts,
+    combine_outputs,
+    fallback_order,
+    uncomputed_experts,
+)
 from scaleforge.routing.gates import (
     Routing,
     gumbel_gate,
@@ -20,7 +26,22 @@ from scaleforge.routing.gates import (
 )
 
 __all__ = [
-    "Routing", "topk_gate", "noisy_topk_gate", "gumbel_gate", "load_balancing_loss", "router_z_loss",
-    "CONFIDENCE_MEASURES", "CascadeResult", "confidence", "escalate", "simulate_cascade", "calibrate_thresholds",
-    "ExpertChoice", "NoExpertAvailable", "choose_experts", "combine_outputs", "fallback_order", "uncomputed_experts",
+    "Routing",
+    "topk_gate",
+    "noisy_topk_gate",
+    "gumbel_gate",
+    "load_balancing_loss",
+    "router_z_loss",
+    "CONFIDENCE_MEASURES",
+    "CascadeResult",
+    "confidence",
+    "escalate",
+    "simulate_cascade",
+    "calibrate_thresholds",
+    "ExpertChoice",
+    "NoExpertAvailable",
+    "choose_experts",
+    "combine_outputs",
+    "fallback_order",
+    "uncomputed_experts",
 ]

@@ -16,8 +16,8 @@ import torch
 import yaml
 
 from scaleforge.artifacts.servable import load_servable
-from scaleforge.config.loader import ConfigError
 from scaleforge.config.calibrate import CalibrateConfig
+from scaleforge.config.loader import ConfigError
 from scaleforge.config.serve import CascadeEntry, ServeConfig, finite_or_inf
 from scaleforge.data import load_arrays
 from scaleforge.data.preflight import check_files
@@ -39,10 +39,12 @@ class CalibrationResult:
 
     def summary(self) -> str:
         shares = ", ".join(f"stage {i}: {share:.1%}" for i, share in enumerate(self.answered_per_stage))
-        return (f"cascade '{self.cascade}': thresholds {self.thresholds}\n"
-                f"held-out ({self.held_out} inputs): accuracy {self.accuracy:.4f} against {self.last_stage_accuracy:.4f} "
-                f"for the last stage alone ({100 * (self.accuracy - self.last_stage_accuracy):+.2f} points); "
-                f"answered at {shares}\nwritten to {self.written_to}")
+        return (
+            f"cascade '{self.cascade}': thresholds {self.thresholds}\n"
+            f"held-out ({self.held_out} inputs): accuracy {self.accuracy:.4f} against {self.last_stage_accuracy:.4f} "
+            f"for the last stage alone ({100 * (self.accuracy - self.last_stage_accuracy):+.2f} points); "
+            f"answered at {shares}\nwritten to {self.written_to}"
+        )
 
 
 def check_runnable(cfg: CalibrateConfig) -> None:
@@ -67,34 +69,54 @@ def calibrate_cascade(cfg: CalibrateConfig) -> CalibrationResult:
     labels = [torch.from_numpy(y) for _, y in (calibration, held_out)]
     probs = [[_probs(model, x) for model in stages] for x, _ in (calibration, held_out)]
     thresholds = calibrate_thresholds(
-        probs[0], labels[0], cascade.measure,
-        target_accuracy=(_accuracy(probs[0][-1], labels[0]) - cfg.accuracy_loss
-                         if cfg.accuracy_loss is not None else None),
-        target_escalation=cfg.target_escalation, safety_sd=cfg.safety_sd)
+        probs[0],
+        labels[0],
+        cascade.measure,
+        target_accuracy=(
+            _accuracy(probs[0][-1], labels[0]) - cfg.accuracy_loss if cfg.accuracy_loss is not None else None
+        ),
+        target_escalation=cfg.target_escalation,
+        safety_sd=cfg.safety_sd,
+    )
     thresholds = [finite_or_inf(t) for t in thresholds]
     result = simulate_cascade(probs[1], thresholds, cascade.measure)
-    for stage, threshold in zip(raw["applications"][app_index]["args"]["cascades"][cascade_index]["stages"], thresholds):
+    for stage, threshold in zip(
+        raw["applications"][app_index]["args"]["cascades"][cascade_index]["stages"], thresholds
+    ):
         stage["threshold"] = threshold
     ServeConfig.model_validate(raw)
-    target = write_atomic(cfg.output or cfg.serve_config,
-                          _header(cfg.serve_config) + yaml.safe_dump(raw, sort_keys=False))
+    target = write_atomic(
+        cfg.output or cfg.serve_config, _header(cfg.serve_config) + yaml.safe_dump(raw, sort_keys=False)
+    )
     return CalibrationResult(
-        cascade.name, thresholds, [result.answered_at(i) for i in range(len(stages))],
-        _accuracy(result.probs, labels[1]), _accuracy(probs[1][-1], labels[1]), len(labels[1]), target)
+        cascade.name,
+        thresholds,
+        [result.answered_at(i) for i in range(len(stages))],
+        _accuracy(result.probs, labels[1]),
+        _accuracy(probs[1][-1], labels[1]),
+        len(labels[1]),
+        target,
+    )
 
 
 def _find_cascade(serve_cfg: ServeConfig, cfg: CalibrateConfig) -> tuple[int, int, CascadeEntry]:
     apps = serve_cfg.applications
-    app_index = next((i for i, a in enumerate(apps) if a.name == cfg.application), None) if cfg.application else 0
+    app_index = (
+        next((i for i, a in enumerate(apps) if a.name == cfg.application), None) if cfg.application else 0
+    )
     if app_index is None:
-        raise ValueError(f"application: no app {cfg.application!r} in {cfg.serve_config} "
-                         f"(apps: {', '.join(a.name for a in apps)})")
+        raise ValueError(
+            f"application: no app {cfg.application!r} in {cfg.serve_config} "
+            f"(apps: {', '.join(a.name for a in apps)})"
+        )
     cascades = apps[app_index].args.cascades
     if not cascades:
         raise ValueError(f"application {apps[app_index].name!r} in {cfg.serve_config} has no cascade")
     names = [c.name for c in cascades]
     if cfg.cascade and cfg.cascade not in names:
-        raise ValueError(f"cascade: no cascade {cfg.cascade!r} in app {apps[app_index].name!r} (cascades: {', '.join(names)})")
+        raise ValueError(
+            f"cascade: no cascade {cfg.cascade!r} in app {apps[app_index].name!r} (cascades: {', '.join(names)})"
+        )
     index = names.index(cfg.cascade) if cfg.cascade else 0
     return app_index, index, cascades[index]
 
@@ -126,5 +148,6 @@ def _accuracy(probs: torch.Tensor, labels: torch.Tensor) -> float:
 def _header(path: str) -> str:
     """The config's leading comment lines (the command that runs it), kept on rewrite."""
     lines = read_text(path).splitlines(keepends=True)
-    return "".join(line for line in lines[:next((i for i, l in enumerate(lines) if not l.startswith("#")), 0)])
-
+    return "".join(
+        line for line in lines[: next((i for i, l in enumerate(lines) if not l.startswith("#")), 0)]
+    )

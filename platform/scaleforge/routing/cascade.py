@@ -37,7 +37,9 @@ def confidence(probs: torch.Tensor, measure: ConfidenceMeasure) -> torch.Tensor:
     if measure == "entropy":
         entropy = -(probs * probs.clamp_min(1e-12).log()).sum(dim=-1)
         return 1.0 - entropy / math.log(max(probs.shape[-1], 2))
-    raise ValueError(f"unknown confidence measure {measure!r}; choose one of {', '.join(CONFIDENCE_MEASURES)}")
+    raise ValueError(
+        f"unknown confidence measure {measure!r}; choose one of {', '.join(CONFIDENCE_MEASURES)}"
+    )
 
 
 def escalate(probs: torch.Tensor, threshold: float, measure: ConfidenceMeasure) -> torch.Tensor:
@@ -62,8 +64,9 @@ class CascadeResult:
         return float((self.stage == stage).float().mean()) if len(self.stage) else 0.0
 
 
-def simulate_cascade(stage_probs: Sequence[torch.Tensor], thresholds: Sequence[float],
-                     measure: ConfidenceMeasure) -> CascadeResult:
+def simulate_cascade(
+    stage_probs: Sequence[torch.Tensor], thresholds: Sequence[float], measure: ConfidenceMeasure
+) -> CascadeResult:
     """Run a cascade offline over every stage's precomputed probabilities.
 
     Args:
@@ -85,9 +88,15 @@ def simulate_cascade(stage_probs: Sequence[torch.Tensor], thresholds: Sequence[f
     return CascadeResult(probs, stage, confidence(probs, measure))
 
 
-def calibrate_thresholds(stage_probs: Sequence[torch.Tensor], labels: torch.Tensor, measure: ConfidenceMeasure, *,
-                         target_accuracy: Optional[float] = None,
-                         target_escalation: Optional[float] = None, safety_sd: float = 1.0) -> list[float]:
+def calibrate_thresholds(
+    stage_probs: Sequence[torch.Tensor],
+    labels: torch.Tensor,
+    measure: ConfidenceMeasure,
+    *,
+    target_accuracy: Optional[float] = None,
+    target_escalation: Optional[float] = None,
+    safety_sd: float = 1.0,
+) -> list[float]:
     """Thresholds for every stage but the last, from validation data.
 
     Exactly one target is given:
@@ -115,9 +124,12 @@ def calibrate_thresholds(stage_probs: Sequence[torch.Tensor], labels: torch.Tens
     for index in reversed(range(len(stage_probs) - 1)):
         rest = stage_probs[index:]
         candidates = torch.unique(confidence(stage_probs[index], measure)).tolist() + [math.inf]
-        meets = lambda threshold, rest=rest: _lower_bound(  # noqa: E731
-            simulate_cascade(rest, [threshold, *thresholds], measure), stage_probs[-1], labels, safety_sd
-        ) >= target_accuracy
+        meets = lambda threshold, rest=rest: (
+            _lower_bound(  # noqa: E731
+                simulate_cascade(rest, [threshold, *thresholds], measure), stage_probs[-1], labels, safety_sd
+            )
+            >= target_accuracy
+        )
         thresholds.insert(0, _lowest_meeting(candidates, meets))
     return thresholds
 
@@ -137,14 +149,17 @@ def _lowest_meeting(candidates: list[float], meets) -> float:
     return chosen if meets(chosen) else math.inf
 
 
-def _lower_bound(result: CascadeResult, last_probs: torch.Tensor, labels: torch.Tensor, safety_sd: float) -> float:
+def _lower_bound(
+    result: CascadeResult, last_probs: torch.Tensor, labels: torch.Tensor, safety_sd: float
+) -> float:
     """Accuracy less ``safety_sd`` x sqrt(inputs where the cascade departs from the last stage) / n."""
     departures = int((result.predictions != last_probs.argmax(dim=-1)).sum())
     return _accuracy(result, labels) - safety_sd * math.sqrt(departures) / max(len(labels), 1)
 
 
-def _thresholds_for_escalation(stage_probs: Sequence[torch.Tensor], measure: ConfidenceMeasure,
-                               share: float) -> list[float]:
+def _thresholds_for_escalation(
+    stage_probs: Sequence[torch.Tensor], measure: ConfidenceMeasure, share: float
+) -> list[float]:
     if not 0.0 <= share <= 1.0:
         raise ValueError(f"target_escalation must lie in [0, 1], got {share}")
     thresholds: list[float] = []
@@ -165,5 +180,7 @@ def _check_thresholds(num_stages: int, thresholds: Sequence[float]) -> None:
     if num_stages < 1:
         raise ValueError("a cascade needs at least one stage")
     if len(thresholds) != num_stages - 1:
-        raise ValueError(f"{num_stages} stages need {num_stages - 1} thresholds (every stage but the last), "
-                         f"got {len(thresholds)}")
+        raise ValueError(
+            f"{num_stages} stages need {num_stages - 1} thresholds (every stage but the last), "
+            f"got {len(thresholds)}"
+        )

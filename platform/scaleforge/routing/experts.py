@@ -37,8 +37,9 @@ def fallback_order(gate_logits: torch.Tensor) -> torch.Tensor:
     return gate_logits.argsort(dim=-1, descending=True, stable=True)
 
 
-def choose_experts(gate_logits: torch.Tensor, k: int, available: torch.Tensor,
-                   combine: CombineRule = "topk") -> ExpertChoice:
+def choose_experts(
+    gate_logits: torch.Tensor, k: int, available: torch.Tensor, combine: CombineRule = "topk"
+) -> ExpertChoice:
     """Top-``k`` experts per input, skipping unavailable ones.
 
     Args:
@@ -60,7 +61,9 @@ def choose_experts(gate_logits: torch.Tensor, k: int, available: torch.Tensor,
     if not 1 <= k <= num_experts:
         raise ValueError(f"top_k must lie in [1, {num_experts}] (the number of experts), got {k}")
     if available.shape != (num_experts,):
-        raise ValueError(f"available must have one flag per expert ({num_experts}), got shape {tuple(available.shape)}")
+        raise ValueError(
+            f"available must have one flag per expert ({num_experts}), got shape {tuple(available.shape)}"
+        )
     if not bool(available.any()):
         raise NoExpertAvailable("every expert is saturated or down")
     order = fallback_order(gate_logits)

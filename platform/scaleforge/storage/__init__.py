@@ -14,12 +14,52 @@ completes, and not at all when the writer dies first. Either way a reader sees t
 new one, never half of one.
 """
 
-from scaleforge.storage.files import (delete_file, download, file_sizes, is_dir, is_file, read_bytes, read_text,
-                                      sha256_file, upload, write_atomic)
-from scaleforge.storage.locations import (StorageError, check_fields, check_reachable, describe, is_uri, join,
-                                          local_path, normalize, resolve, with_suffix)
+from scaleforge.storage.files import (
+    delete_file,
+    download,
+    file_sizes,
+    is_dir,
+    is_file,
+    read_bytes,
+    read_text,
+    sha256_file,
+    upload,
+    write_atomic,
+)
+from scaleforge.storage.locations import (
+    StorageError,
+    check_fields,
+    check_reachable,
+    describe,
+    is_uri,
+    join,
+    local_path,
+    normalize,
+    resolve,
+    with_suffix,
+)
 from scaleforge.storage.types import Location
 
-__all__ = ["Location", "StorageError", "check_fields", "check_reachable", "delete_file", "describe", "download",
-           "file_sizes", "is_dir", "is_file", "is_uri", "join", "local_path", "normalize", "read_bytes", "read_text",
-           "resolve", "sha256_file", "upload", "with_suffix", "write_atomic"]
+__all__ = [
+    "Location",
+    "StorageError",
+    "check_fields",
+    "check_reachable",
+    "delete_file",
+    "describe",
+    "download",
+    "file_sizes",
+    "is_dir",
+    "is_file",
+    "is_uri",
+    "join",
+    "local_path",
+    "normalize",
+    "read_bytes",
+    "read_text",
+    "resolve",
+    "sha256_file",
+    "upload",
+    "with_suffix",
+    "write_atomic",
+]

@@ -17,8 +17,12 @@ import tempfile
 import time
 from typing import Optional
 
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "scaleforge-test", "AWS_SECRET_ACCESS_KEY": "scaleforge-test",
-               "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "scaleforge-test",
+    "AWS_SECRET_ACCESS_KEY": "scaleforge-test",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
 """What the server accepts (any keys), and no lookup of an EC2 instance's metadata."""
 
 
@@ -49,8 +53,11 @@ class LocalS3:
 
         self.credentials()
         self._log = tempfile.TemporaryFile()
-        self._process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                         stdout=self._log, stderr=subprocess.STDOUT)
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -59,10 +66,13 @@ class LocalS3:
             except OSError:
                 if self._process.poll() is not None or time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"the S3 server on {self.endpoint} did not start (is moto[server] installed?)")
+                    raise RuntimeError(
+                        f"the S3 server on {self.endpoint} did not start (is moto[server] installed?)"
+                    )
                 time.sleep(0.1)
-        pyarrow.fs.S3FileSystem(endpoint_override=self.endpoint, scheme="http",
-                                allow_bucket_creation=True).create_dir(self.bucket)
+        pyarrow.fs.S3FileSystem(
+            endpoint_override=self.endpoint, scheme="http", allow_bucket_creation=True
+        ).create_dir(self.bucket)
         return self
 
     def stop(self) -> None:

@@ -76,7 +76,7 @@ _HOST_SCHEMES = ("hdfs", "viewfs")
 
 def _split(base: str) -> tuple[str, str]:
     scheme = _SCHEME.match(base).group(1)
-    return scheme, base[len(scheme) + 3:]
+    return scheme, base[len(scheme) + 3 :]
 
 
 @functools.lru_cache(maxsize=32)

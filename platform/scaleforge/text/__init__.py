@@ -4,5 +4,13 @@ and what general-purpose compressors achieve on the same bytes (the baseline a m
 from scaleforge.text.corpus import STDLIB, Corpus, CorpusError, TextFile, in_validation, load_corpus
 from scaleforge.text.tokenizer import ByteTokenizer, compressed_bits_per_byte
 
-__all__ = ["STDLIB", "ByteTokenizer", "Corpus", "CorpusError", "TextFile", "compressed_bits_per_byte",
-           "in_validation", "load_corpus"]
+__all__ = [
+    "STDLIB",
+    "ByteTokenizer",
+    "Corpus",
+    "CorpusError",
+    "TextFile",
+    "compressed_bits_per_byte",
+    "in_validation",
+    "load_corpus",
+]

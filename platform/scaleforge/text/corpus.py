@@ -99,8 +99,10 @@ def load_corpus(source: str = STDLIB, validation_fraction: float = 0.05, column:
     validation = tuple(f for f in files if in_validation(f.relative, validation_fraction))
     if not train or not validation:
         empty = "training" if not train else "validation"
-        raise CorpusError(f"corpus {source!r}: its {len(files)} file(s) leave the {empty} split empty at "
-                          f"validation_fraction={validation_fraction}; add files or change the fraction")
+        raise CorpusError(
+            f"corpus {source!r}: its {len(files)} file(s) leave the {empty} split empty at "
+            f"validation_fraction={validation_fraction}; add files or change the fraction"
+        )
     return Corpus(str(root), train, validation)
 
 
@@ -122,13 +124,19 @@ def _documents(path: Path, column: str) -> list[TextFile]:
     if not path.is_file():
         raise CorpusError(f"corpus file {str(path)!r} does not exist")
     schema = pq.read_schema(path)
-    if column not in schema.names or not (pa_types.is_string(schema.field(column).type)
-                                          or pa_types.is_large_string(schema.field(column).type)):
-        raise CorpusError(f"corpus file {str(path)!r} has no text column {column!r} "
-                          f"(its columns: {', '.join(schema.names)}); set data.column")
+    if column not in schema.names or not (
+        pa_types.is_string(schema.field(column).type) or pa_types.is_large_string(schema.field(column).type)
+    ):
+        raise CorpusError(
+            f"corpus file {str(path)!r} has no text column {column!r} "
+            f"(its columns: {', '.join(schema.names)}); set data.column"
+        )
     rows = pq.read_table(path, columns=[column]).column(column).to_pylist()
-    return [TextFile(f"row {i}", str(path), len(data), data)
-            for i, row in enumerate(rows) if row and (data := row.encode("utf-8"))]
+    return [
+        TextFile(f"row {i}", str(path), len(data), data)
+        for i, row in enumerate(rows)
+        if row and (data := row.encode("utf-8"))
+    ]
 
 
 def _is_text(path: Path) -> bool:

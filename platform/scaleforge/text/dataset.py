@@ -36,14 +36,17 @@ def windows(tokens: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
     count = (len(tokens) - 1) // seq_len
     if count < 1:
         raise ValueError(f"{len(tokens)} tokens do not fill one window of {seq_len} + 1")
-    x = tokens[:count * seq_len].reshape(count, seq_len)
-    y = tokens[1:count * seq_len + 1].reshape(count, seq_len)
+    x = tokens[: count * seq_len].reshape(count, seq_len)
+    y = tokens[1 : count * seq_len + 1].reshape(count, seq_len)
     return x, y
 
 
 def window_counts(spec: TextDataSpec, corpus: Corpus) -> tuple[int, int]:
     """Training and validation windows of ``corpus`` under ``spec``, from file sizes alone (byte tokens)."""
-    sizes = (_capped(corpus.train_bytes, spec.max_train_bytes), _capped(corpus.validation_bytes, spec.max_validation_bytes))
+    sizes = (
+        _capped(corpus.train_bytes, spec.max_train_bytes),
+        _capped(corpus.validation_bytes, spec.max_validation_bytes),
+    )
     return tuple(max(0, (size - 1) // spec.seq_len) for size in sizes)
 
 
@@ -56,10 +59,14 @@ def describe_text(spec: TextDataSpec, corpus: Corpus) -> DatasetInfo:
 def read_text(spec: TextDataSpec) -> TextSplits:
     """Read, tokenize and window both splits of ``spec``'s corpus."""
     corpus, tokenizer = load_corpus(spec.source, spec.validation_fraction, spec.column), ByteTokenizer()
-    train = tokenizer.encode(corpus.read("train")[:spec.max_train_bytes])
-    validation = tokenizer.encode(corpus.read("validation")[:spec.max_validation_bytes])
-    return TextSplits(windows(train, spec.seq_len), windows(validation, spec.seq_len), describe_text(spec, corpus),
-                      corpus.fingerprint())
+    train = tokenizer.encode(corpus.read("train")[: spec.max_train_bytes])
+    validation = tokenizer.encode(corpus.read("validation")[: spec.max_validation_bytes])
+    return TextSplits(
+        windows(train, spec.seq_len),
+        windows(validation, spec.seq_len),
+        describe_text(spec, corpus),
+        corpus.fingerprint(),
+    )
 
 
 def text_datasets(splits: TextSplits) -> "dict[str, ray.data.Dataset]":
@@ -68,8 +75,12 @@ def text_datasets(splits: TextSplits) -> "dict[str, ray.data.Dataset]":
     import ray.data  # here, not at the top: a parameter-server actor reads text windows without Ray Data
     from ray.data.extensions import ArrowTensorArray
 
-    return {name: ray.data.from_arrow(pa.table({"x": ArrowTensorArray.from_numpy(x), "y": ArrowTensorArray.from_numpy(y)}))
-            for name, (x, y) in (("train", splits.train), ("test", splits.validation))}
+    return {
+        name: ray.data.from_arrow(
+            pa.table({"x": ArrowTensorArray.from_numpy(x), "y": ArrowTensorArray.from_numpy(y)})
+        )
+        for name, (x, y) in (("train", splits.train), ("test", splits.validation))
+    }
 
 
 def _capped(size: int, cap) -> int:

@@ -8,5 +8,11 @@ device mesh) and lets :class:`~scaleforge.train.hooks.TrainHook` objects ride al
 from scaleforge.lazy import lazy_exports
 
 __all__ = ["TrainHook", "TrainingResult", "run_training"]
-__getattr__ = lazy_exports(__name__, {"TrainHook": "scaleforge.train.hooks", "TrainingResult": "scaleforge.train.driver",
-                                      "run_training": "scaleforge.train.driver"})
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "TrainHook": "scaleforge.train.hooks",
+        "TrainingResult": "scaleforge.train.driver",
+        "run_training": "scaleforge.train.driver",
+    },
+)

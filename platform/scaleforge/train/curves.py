@@ -6,8 +6,9 @@ from scaleforge import storage
 from scaleforge.storage import write_atomic
 
 
-def write_loss_curve(location: str, curve: list[dict[str, Any]], history: list[dict[str, Any]],
-                     steps_per_epoch: int) -> str:
+def write_loss_curve(
+    location: str, curve: list[dict[str, Any]], history: list[dict[str, Any]], steps_per_epoch: int
+) -> str:
     """Plot the training loss every few steps and the validation loss after each epoch (with bits per
     byte on a second axis for a language model) to ``location`` (a path or URI); returns it."""
     import matplotlib
@@ -22,8 +23,13 @@ def write_loss_curve(location: str, curve: list[dict[str, Any]], history: list[d
     axis.set_xlabel("optimiser step")
     axis.set_ylabel("cross-entropy (nats per token)" if "bits_per_byte" in history[-1] else "cross-entropy")
     if "bits_per_byte" in history[-1]:
-        bits = axis.secondary_yaxis("right", functions=(lambda n: n * history[-1]["bits_per_byte"] / history[-1]["test_loss"],
-                                                        lambda b: b * history[-1]["test_loss"] / history[-1]["bits_per_byte"]))
+        bits = axis.secondary_yaxis(
+            "right",
+            functions=(
+                lambda n: n * history[-1]["bits_per_byte"] / history[-1]["test_loss"],
+                lambda b: b * history[-1]["test_loss"] / history[-1]["bits_per_byte"],
+            ),
+        )
         bits.set_ylabel("bits per byte")
     axis.grid(alpha=0.3)
     axis.legend(loc="best")  # named: matplotlib warns on the console when a defaulted "best" takes over 1 s

@@ -21,8 +21,8 @@ from scaleforge.models import build_model, count_parameters
 from scaleforge.progress import ProgressChannel
 from scaleforge.runtime import ensure_ray
 from scaleforge.text.tokenizer import ByteTokenizer
-from scaleforge.train.hooks import TrainHook, default_hooks
 from scaleforge.train.curves import write_loss_curve
+from scaleforge.train.hooks import TrainHook, default_hooks
 from scaleforge.train.hooks.throughput import throughput_hook
 from scaleforge.train.loop import WorkerRun, train_loop_per_worker
 from scaleforge.train.preflight import check_runnable
@@ -47,17 +47,25 @@ class TrainingResult:
     """The hooks' summary lines."""
 
     def summary(self) -> str:
-        after = f"after {len(self.history)} epochs on {self.num_workers} workers, {self.wall_s:.1f} s wall-clock"
+        after = (
+            f"after {len(self.history)} epochs on {self.num_workers} workers, {self.wall_s:.1f} s wall-clock"
+        )
         if "bits_per_byte" in self.metrics:
-            quality = (f"validation bits/byte {self.metrics['bits_per_byte']:.3f} (loss {self.metrics['test_loss']:.4f} "
-                       f"per token, {self.metrics['tokens_per_s']:,.0f} tokens/s)")
+            quality = (
+                f"validation bits/byte {self.metrics['bits_per_byte']:.3f} (loss {self.metrics['test_loss']:.4f} "
+                f"per token, {self.metrics['tokens_per_s']:,.0f} tokens/s)"
+            )
         else:
-            quality = f"test accuracy {self.metrics['test_accuracy']:.4f} (loss {self.metrics['test_loss']:.4f})"
+            quality = (
+                f"test accuracy {self.metrics['test_accuracy']:.4f} (loss {self.metrics['test_loss']:.4f})"
+            )
         lines = [f"{quality} {after}", *self.notes]
         if "memory_per_worker" in self.metrics:
             lines.append(describe_memory(self.metrics))
         if self.metrics.get("resumed_from_epoch"):
-            lines.append(f"resumed from the checkpoint of epoch {self.metrics['resumed_from_epoch']} after a failure")
+            lines.append(
+                f"resumed from the checkpoint of epoch {self.metrics['resumed_from_epoch']} after a failure"
+            )
         lines.append(f"artifact: {self.artifact} ({self.num_parameters:,} parameters)")
         lines.append(f"checkpoints: {self.checkpoint_path}")
         if self.loss_curve:
@@ -65,8 +73,9 @@ class TrainingResult:
         return "\n".join(lines)
 
 
-def run_training(cfg: TrainJobConfig, *, data: Optional[TrainingData] = None,
-                 hooks: Sequence[TrainHook] = ()) -> TrainingResult:
+def run_training(
+    cfg: TrainJobConfig, *, data: Optional[TrainingData] = None, hooks: Sequence[TrainHook] = ()
+) -> TrainingResult:
     """Train ``cfg.model`` on Ray Train with the layout ``cfg.parallel`` and export it as an artifact.
 
     Args:
@@ -93,12 +102,17 @@ def run_training(cfg: TrainJobConfig, *, data: Optional[TrainingData] = None,
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"run": WorkerRun(cfg, dims, asdict(data.info), hooks, progress)},
-        scaling_config=ScalingConfig(num_workers=scaling.num_workers, use_gpu=scaling.use_gpu,
-                                     resources_per_worker=dict(scaling.resources_per_worker)),
+        scaling_config=ScalingConfig(
+            num_workers=scaling.num_workers,
+            use_gpu=scaling.use_gpu,
+            resources_per_worker=dict(scaling.resources_per_worker),
+        ),
         torch_config=TorchConfig(backend="nccl" if scaling.use_gpu else "gloo"),
         run_config=RunConfig(
             name=run_name,
-            storage_path=storage.normalize(cfg.run.storage_path),  # a URI goes to Ray's (pyarrow) storage layer
+            storage_path=storage.normalize(
+                cfg.run.storage_path
+            ),  # a URI goes to Ray's (pyarrow) storage layer
             failure_config=FailureConfig(max_failures=cfg.run.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
             logging_config=LoggingConfig(log_level=cfg.run.log_level),
@@ -110,28 +124,59 @@ def run_training(cfg: TrainJobConfig, *, data: Optional[TrainingData] = None,
         result = trainer.fit()
     with result.checkpoint.as_directory() as folder:
         state = read_trainer_state(Path(folder))
-        model = strategy.gather(Path(folder), build_model(cfg.model, data.info.input_dim, data.info.num_classes))
+        model = strategy.gather(
+            Path(folder), build_model(cfg.model, data.info.input_dim, data.info.num_classes)
+        )
     final = state["history"][-1]
-    shapes = {"input_dim": data.info.input_dim, "num_classes": data.info.num_classes,
-              "dataset": {"source": localized(cfg.data).source, "fingerprint": data.fingerprint, **asdict(data.info)}}
-    training = {"job": "train", "run": run_name, "checkpoint": result.checkpoint.path, "num_workers": scaling.num_workers,
-                "epochs": len(state["history"]), "parallel": dims.to_dict()}
+    shapes = {
+        "input_dim": data.info.input_dim,
+        "num_classes": data.info.num_classes,
+        "dataset": {
+            "source": localized(cfg.data).source,
+            "fingerprint": data.fingerprint,
+            **asdict(data.info),
+        },
+    }
+    training = {
+        "job": "train",
+        "run": run_name,
+        "checkpoint": result.checkpoint.path,
+        "num_workers": scaling.num_workers,
+        "epochs": len(state["history"]),
+        "parallel": dims.to_dict(),
+    }
     extra = {"tokenizer": ByteTokenizer().to_json()} if data.info.tokens else {}
     for hook in hooks:
         entries = hook.export(cfg.artifact.dir, model, cfg.model, **shapes)
         training.update(entries.pop("training", {}))
         extra.update(entries)
-    artifact = save_artifact(cfg.artifact.dir, model, cfg.model, metrics={k: final[k] for k in _REPORTED if k in final},
-                             extra={"training": training, **extra}, **shapes)
+    artifact = save_artifact(
+        cfg.artifact.dir,
+        model,
+        cfg.model,
+        metrics={k: final[k] for k in _REPORTED if k in final},
+        extra={"training": training, **extra},
+        **shapes,
+    )
     metrics = {**final, "resumed_from_epoch": state["resumed_from_epoch"], **state.get("memory", {})}
     curve = None
     if state.get("curve"):
-        curve = write_loss_curve(_run_file(cfg.run.storage_path, run_name, result.checkpoint.path, "loss_curve.png"),
-                                 state["curve"], state["history"], state["step"] // len(state["history"]))
+        curve = write_loss_curve(
+            _run_file(cfg.run.storage_path, run_name, result.checkpoint.path, "loss_curve.png"),
+            state["curve"],
+            state["history"],
+            state["step"] // len(state["history"]),
+        )
     return TrainingResult(
-        metrics=metrics, history=state["history"], artifact=artifact, checkpoint_path=_checkpoint_location(cfg.run.storage_path, run_name, result.checkpoint.path),
-        loss_curve=curve, num_workers=scaling.num_workers, num_parameters=count_parameters(model),
-        wall_s=time.perf_counter() - started, notes=[line for hook in hooks for line in hook.summary(metrics)],
+        metrics=metrics,
+        history=state["history"],
+        artifact=artifact,
+        checkpoint_path=_checkpoint_location(cfg.run.storage_path, run_name, result.checkpoint.path),
+        loss_curve=curve,
+        num_workers=scaling.num_workers,
+        num_parameters=count_parameters(model),
+        wall_s=time.perf_counter() - started,
+        notes=[line for hook in hooks for line in hook.summary(metrics)],
     )
 
 
@@ -142,4 +187,8 @@ def _checkpoint_location(storage_path: str, run_name: str, path: str) -> str:
 
 def _run_file(storage_path: str, run_name: str, checkpoint: str, name: str) -> str:
     """``name`` in the run's folder (where its checkpoint ``checkpoint`` is), as the user named the storage."""
-    return storage.join(storage_path, run_name, name) if storage.is_uri(storage_path) else str(Path(checkpoint).parent / name)
+    return (
+        storage.join(storage_path, run_name, name)
+        if storage.is_uri(storage_path)
+        else str(Path(checkpoint).parent / name)
+    )

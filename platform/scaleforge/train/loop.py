@@ -59,7 +59,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
     model = build_model(job.model, run.info["input_dim"], run.info["num_classes"])
     reference = single_process_memory(model, optim.optimizer)
-    parallel = parallelize(model, run.dims, parallel_plan(job.model.name), device, bf16=optim.precision == "bf16")
+    parallel = parallelize(
+        model, run.dims, parallel_plan(job.model.name), device, bf16=optim.precision == "bf16"
+    )
     optimizer = make_optimizer(parallel.module, optim)
     state = {"epoch": -1, "step": 0, "history": [], "memory": {}, "curve": []}
     checkpoint = ray.train.get_checkpoint()
@@ -108,13 +110,23 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             for totals in (train, test):
                 dist.all_reduce(totals)
             dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        metrics = {"epoch": epoch + 1, "train_loss": (train[0] / train[2]).item(),
-                   "train_accuracy": (train[1] / train[2]).item(), "test_loss": (test[0] / test[2]).item(),
-                   "test_accuracy": (test[1] / test[2]).item(), "lr": lr, "samples_per_s": train[2].item() / elapsed.item(),
-                   "epoch_s": elapsed.item(), "resumed_from_epoch": start_epoch, **extra}
+        metrics = {
+            "epoch": epoch + 1,
+            "train_loss": (train[0] / train[2]).item(),
+            "train_accuracy": (train[1] / train[2]).item(),
+            "test_loss": (test[0] / test[2]).item(),
+            "test_accuracy": (test[1] / test[2]).item(),
+            "lr": lr,
+            "samples_per_s": train[2].item() / elapsed.item(),
+            "epoch_s": elapsed.item(),
+            "resumed_from_epoch": start_epoch,
+            **extra,
+        }
         if run.info["tokens"]:  # a language model: its labels are tokens, and bytes are what users compare
-            metrics.update(tokens_per_s=metrics.pop("samples_per_s"),
-                           bits_per_byte=metrics["test_loss"] / math.log(2) / run.info["bytes_per_token"])
+            metrics.update(
+                tokens_per_s=metrics.pop("samples_per_s"),
+                bits_per_byte=metrics["test_loss"] / math.log(2) / run.info["bytes_per_token"],
+            )
         state["history"].append(metrics)
         state["epoch"] = epoch
         if rank == 0:
@@ -134,13 +146,19 @@ def _log_curve(state: dict[str, Any], train: torch.Tensor, logged: torch.Tensor,
 
 def _progress(metrics: dict[str, Any], epochs: int) -> str:
     if "bits_per_byte" in metrics:
-        quality, speed = f"val_loss {metrics['test_loss']:.4f}  val bits/byte {metrics['bits_per_byte']:.3f}", \
-            f"{metrics['tokens_per_s']:,.0f} tokens/s"
+        quality, speed = (
+            f"val_loss {metrics['test_loss']:.4f}  val bits/byte {metrics['bits_per_byte']:.3f}",
+            f"{metrics['tokens_per_s']:,.0f} tokens/s",
+        )
     else:
-        quality, speed = f"train_acc {metrics['train_accuracy']:.4f}  test_acc {metrics['test_accuracy']:.4f}", \
-            f"{metrics['samples_per_s']:,.0f} samples/s"
-    line = (f"[train] epoch {metrics['epoch']}/{epochs}  loss {metrics['train_loss']:.4f}  {quality}  "
-            f"lr {metrics['lr']:.2e}  {speed}  ({metrics['epoch_s']:.1f}s)")
+        quality, speed = (
+            f"train_acc {metrics['train_accuracy']:.4f}  test_acc {metrics['test_accuracy']:.4f}",
+            f"{metrics['samples_per_s']:,.0f} samples/s",
+        )
+    line = (
+        f"[train] epoch {metrics['epoch']}/{epochs}  loss {metrics['train_loss']:.4f}  {quality}  "
+        f"lr {metrics['lr']:.2e}  {speed}  ({metrics['epoch_s']:.1f}s)"
+    )
     if "expert_load_cv" in metrics:
         line += f"  expert load cv {metrics['expert_load_cv']:.3f} dropped {metrics['expert_dropped_fraction']:.3f}"
     return line
@@ -156,7 +174,9 @@ def _evaluate(parallel: ParallelModel, data: WorkerBatches) -> torch.Tensor:
     for x, y in data.test():
         logits = parallel.predict(x, data.eval_rows)
         if logits is not None:
-            totals += _totals(F.cross_entropy(logits.flatten(0, -2), y.flatten(), reduction="sum").item(), logits, y)
+            totals += _totals(
+                F.cross_entropy(logits.flatten(0, -2), y.flatten(), reduction="sum").item(), logits, y
+            )
     return totals
 
 
@@ -176,4 +196,6 @@ def _report(metrics, state, run, epochs: int, rank: int, parallel: ParallelModel
         writes = parallel.save(Path(folder), optimizer)
         if rank == 0:
             write_trainer_state(Path(folder), state)
-        ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder) if writes or rank == 0 else None)
+        ray.train.report(
+            metrics, checkpoint=Checkpoint.from_directory(folder) if writes or rank == 0 else None
+        )

@@ -13,11 +13,14 @@ def make_optimizer(module: nn.Module, optim) -> torch.optim.Optimizer:
     if optim.decay_norms_and_biases:
         groups = [{"params": params}]
     else:
-        groups = [{"params": [p for p in params if p.dim() >= 2]},
-                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        groups = [
+            {"params": [p for p in params if p.dim() >= 2]},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ]
     if optim.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=optim.lr, momentum=optim.momentum, nesterov=True,
-                               weight_decay=optim.weight_decay)
+        return torch.optim.SGD(
+            groups, lr=optim.lr, momentum=optim.momentum, nesterov=True, weight_decay=optim.weight_decay
+        )
     return torch.optim.AdamW(groups, lr=optim.lr, weight_decay=optim.weight_decay)
 
 
@@ -44,11 +47,18 @@ class Schedule:
     """The run's learning rate at every step, for ``data_world`` slices of ``optim.batch_size`` per step."""
 
     def __init__(self, optim, steps_per_epoch: int, data_world: int):
-        self.peak = peak_learning_rate(optim.lr, optim.batch_size * data_world, optim.base_batch_size, optim.lr_scaling)
+        self.peak = peak_learning_rate(
+            optim.lr, optim.batch_size * data_world, optim.base_batch_size, optim.lr_scaling
+        )
         self.total_steps = steps_per_epoch * optim.epochs
         self.warmup_steps = round(optim.warmup_epochs * steps_per_epoch)
         self.kind = optim.schedule
 
     def __call__(self, step: int) -> float:
-        return learning_rate_at(step, peak=self.peak, total_steps=self.total_steps, warmup_steps=self.warmup_steps,
-                                schedule=self.kind)
+        return learning_rate_at(
+            step,
+            peak=self.peak,
+            total_steps=self.total_steps,
+            warmup_steps=self.warmup_steps,
+            schedule=self.kind,
+        )

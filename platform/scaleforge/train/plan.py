@@ -58,10 +58,19 @@ def layouts(cfg: TrainJobConfig) -> list[TrainJobConfig]:
     candidates += [{"fsdp": f, "tp": t} for f in divisors for t in divisors if workers % (f * t) == 0]
     found, seen = [cfg], {cfg.dims}
     for degrees in candidates:
-        layout = {"dp": None, "fsdp": 1, "tp": 1, "pp": 1, "ep": 1, **degrees,
-                  "microbatches": max(parallel.microbatches, degrees.get("pp", 1))}
+        layout = {
+            "dp": None,
+            "fsdp": 1,
+            "tp": 1,
+            "pp": 1,
+            "ep": 1,
+            **degrees,
+            "microbatches": max(parallel.microbatches, degrees.get("pp", 1)),
+        }
         try:
-            variant = TrainJobConfig.model_validate({**cfg.model_dump(), "parallel": {**parallel.model_dump(), **layout}})
+            variant = TrainJobConfig.model_validate(
+                {**cfg.model_dump(), "parallel": {**parallel.model_dump(), **layout}}
+            )
         except ValidationError:  # the model or batch does not split this way (heads, layers, micro-batches)
             continue
         if variant.dims not in seen:
@@ -79,17 +88,29 @@ def layout_memory(cfg: TrainJobConfig, dims: ParallelDims, input_dim: int, num_c
     with torch.device("meta"):
         model = build_model(cfg.model, input_dim, num_classes)
     plan = parallel_plan(cfg.model.name)
-    if (dims.tp_enabled and plan.tensor_parallel is None) or (dims.pp_enabled and plan.pipeline_stage is None):
+    if (dims.tp_enabled and plan.tensor_parallel is None) or (
+        dims.pp_enabled and plan.pipeline_stage is None
+    ):
         raise ConfigError(f"{dims.describe()}: model.name={cfg.model.name} has no such parallel plan")
     shards = _tensor_shards(model, plan, dims.tp)
-    stages = [model] if not dims.pp_enabled else [plan.pipeline_stage(copy.deepcopy(model), s, dims.pp)
-                                                    for s in range(dims.pp)]
-    elements = max(sum(math.ceil(p.numel() / shards.get(name, 1)) for name, p in stage.named_parameters())
-                   for stage in stages)
+    stages = (
+        [model]
+        if not dims.pp_enabled
+        else [plan.pipeline_stage(copy.deepcopy(model), s, dims.pp) for s in range(dims.pp)]
+    )
+    elements = max(
+        sum(math.ceil(p.numel() / shards.get(name, 1)) for name, p in stage.named_parameters())
+        for stage in stages
+    )
     elements = math.ceil(elements / dims.fsdp)
     optimizer_copies = 2 if cfg.optim.optimizer == "adamw" else 1
-    return LayoutMemory(dims, elements * _FP32, elements * _FP32, optimizer_copies * elements * _FP32,
-                        _activations(cfg, dims, input_dim, num_classes))
+    return LayoutMemory(
+        dims,
+        elements * _FP32,
+        elements * _FP32,
+        optimizer_copies * elements * _FP32,
+        _activations(cfg, dims, input_dim, num_classes),
+    )
 
 
 def _tensor_shards(model, plan, tp: int) -> dict[str, int]:
@@ -109,7 +130,11 @@ def _tensor_shards(model, plan, tp: int) -> dict[str, int]:
 
 def _activations(cfg: TrainJobConfig, dims: ParallelDims, tokens: int, vocab: int) -> int:
     model, batch = cfg.model, cfg.optim.batch_size
-    width, hidden, layers = getattr(model, "d_model", 0), getattr(model, "ff_dim", 0), getattr(model, "num_layers", 0)
+    width, hidden, layers = (
+        getattr(model, "d_model", 0),
+        getattr(model, "ff_dim", 0),
+        getattr(model, "num_layers", 0),
+    )
     if not layers:  # not a transformer: its activations are small next to its state
         return 0
     per_token_layer = (6 * width + (4 * width + 2 * hidden) / dims.tp) * _FP32
@@ -129,15 +154,20 @@ def memory_plan(cfg: TrainJobConfig, input_dim: int, num_classes: int) -> tuple[
     header = f"{'layout':<24}{'params':>10}{'grads':>10}{'optimizer':>11}{'activations':>13}{'total GiB':>11}  fits"
     with torch.device("meta"):
         parameters = sum(p.numel() for p in build_model(cfg.model, input_dim, num_classes).parameters())
-    lines = [f"memory per device (GiB), {cfg.model.name} of {parameters / 1e6:,.1f}M parameters, "
-             f"{cfg.scaling.num_workers} workers, batch "
-             f"{cfg.optim.batch_size} x {input_dim} per data rank"
-             + (f", {device:g} GB each" if device else " (no scaling.device_memory_gb declared)"), header]
+    lines = [
+        f"memory per device (GiB), {cfg.model.name} of {parameters / 1e6:,.1f}M parameters, "
+        f"{cfg.scaling.num_workers} workers, batch "
+        f"{cfg.optim.batch_size} x {input_dim} per data rank"
+        + (f", {device:g} GB each" if device else " (no scaling.device_memory_gb declared)"),
+        header,
+    ]
     for index, row in enumerate(rows):
         fits = "-" if not device else ("yes" if row.total <= device * 1e9 else "NO")
-        lines.append(f"{row.dims.describe():<24}{row.params / _GIB:>10.2f}{row.grads / _GIB:>10.2f}"
-                     f"{row.optimizer / _GIB:>11.2f}{row.activations / _GIB:>13.2f}{row.total / _GIB:>11.2f}  {fits}"
-                     + ("  <- this job" if index == 0 else ""))
+        lines.append(
+            f"{row.dims.describe():<24}{row.params / _GIB:>10.2f}{row.grads / _GIB:>10.2f}"
+            f"{row.optimizer / _GIB:>11.2f}{row.activations / _GIB:>13.2f}{row.total / _GIB:>11.2f}  {fits}"
+            + ("  <- this job" if index == 0 else "")
+        )
     return "\n".join(lines), rows
 
 
@@ -152,10 +182,12 @@ def check_fits(cfg: TrainJobConfig, input_dim: int, num_classes: int) -> None:
         return
     need = layout_memory(cfg, cfg.dims, input_dim, num_classes)
     if need.total > device * 1e9:
-        raise ConfigError(f"parallel: layout {cfg.dims.describe()} needs {need.total / 1e9:.1f} GB per device "
-                          f"(params {need.params / 1e9:.1f}, grads {need.grads / 1e9:.1f}, optimizer "
-                          f"{need.optimizer / 1e9:.1f}, activations {need.activations / 1e9:.1f}), more than "
-                          f"scaling.device_memory_gb ({device:g}); see --plan for layouts that fit")
+        raise ConfigError(
+            f"parallel: layout {cfg.dims.describe()} needs {need.total / 1e9:.1f} GB per device "
+            f"(params {need.params / 1e9:.1f}, grads {need.grads / 1e9:.1f}, optimizer "
+            f"{need.optimizer / 1e9:.1f}, activations {need.activations / 1e9:.1f}), more than "
+            f"scaling.device_memory_gb ({device:g}); see --plan for layouts that fit"
+        )
 
 
 def print_plan(cfg: TrainJobConfig) -> None:
@@ -176,5 +208,6 @@ def plan_verdict(cfg: TrainJobConfig) -> str:
     info = check_data(cfg.data)
     need = layout_memory(cfg, cfg.dims, info.input_dim, info.num_classes).total / 1e9
     device = cfg.scaling.device_memory_gb
-    return (f"layout {cfg.dims.describe()} needs {need:.1f} GB per device"
-            + (f", within scaling.device_memory_gb ({device:g})" if device else ""))
+    return f"layout {cfg.dims.describe()} needs {need:.1f} GB per device" + (
+        f", within scaling.device_memory_gb ({device:g})" if device else ""
+    )

@@ -22,8 +22,10 @@ def check_runnable(cfg: TrainJobConfig) -> None:
     check_fields({"artifact.dir": cfg.artifact.dir, "run.storage_path": cfg.run.storage_path})
     info = check_data(cfg.data)
     if cfg.scaling.num_workers > info.num_train:
-        raise ConfigError(f"scaling.num_workers ({cfg.scaling.num_workers}) is larger than the number of "
-                          f"training examples ({info.num_train})")
+        raise ConfigError(
+            f"scaling.num_workers ({cfg.scaling.num_workers}) is larger than the number of "
+            f"training examples ({info.num_train})"
+        )
     try:
         with torch.device("meta"):  # shapes only: nothing is allocated, whatever the model's size
             build_model(cfg.model, info.input_dim, info.num_classes)

@@ -23,5 +23,15 @@ def default_hooks(cfg) -> list[TrainHook]:
     return hooks
 
 
-__all__ = ["Distillation", "ExpertLoad", "ExportMoEParts", "Hooks", "KillWorker", "TokenDistillation", "TrainHook",
-           "WorkerContext", "default_hooks", "distillation_loss"]
+__all__ = [
+    "Distillation",
+    "ExpertLoad",
+    "ExportMoEParts",
+    "Hooks",
+    "KillWorker",
+    "TokenDistillation",
+    "TrainHook",
+    "WorkerContext",
+    "default_hooks",
+    "distillation_loss",
+]

@@ -53,8 +53,16 @@ class TrainHook:
         """Metrics to add to the epoch's report, the same on every rank."""
         return {}
 
-    def export(self, artifact_dir: str, model: nn.Module, spec: Any, *, input_dim: int, num_classes: int,
-               dataset: dict[str, Any]) -> dict[str, Any]:
+    def export(
+        self,
+        artifact_dir: str,
+        model: nn.Module,
+        spec: Any,
+        *,
+        input_dim: int,
+        num_classes: int,
+        dataset: dict[str, Any],
+    ) -> dict[str, Any]:
         """After training, on the driver, before the artifact is written: extra files next to it
         (``artifact_dir``, the trained ``model`` of architecture ``spec``); returns manifest entries."""
         return {}
@@ -80,12 +88,14 @@ class Hooks:
     def loss_fn(self, auxiliary) -> LossFn:
         """``(logits, batch) -> loss``: a hook's task loss (or cross-entropy) plus ``auxiliary()``,
         the model's own terms (MoE balancing losses) from the last forward."""
+
         def loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
             for hook in self.hooks:
                 task = hook.task_loss(logits, batch)
                 if task is not None:
                     return task + auxiliary()
             return cross_entropy(logits, batch) + auxiliary()
+
         return loss
 
     def on_epoch_start(self, ctx: WorkerContext, epoch: int) -> None:

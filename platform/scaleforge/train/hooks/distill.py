@@ -13,15 +13,24 @@ from scaleforge.distributed.strategy import Batch
 from scaleforge.train.hooks.base import TrainHook
 
 
-def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
-                      temperature: float, alpha: float) -> torch.Tensor:
+def distillation_loss(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    labels: torch.Tensor,
+    temperature: float,
+    alpha: float,
+) -> torch.Tensor:
     """Hinton et al. 2015: ``alpha * T^2 * KL(teacher_T || student_T) + (1 - alpha) * CE(student, labels)``.
 
     The T^2 factor keeps the soft term's gradients on the same scale as the hard term's when T changes.
     """
-    soft = F.kl_div(F.log_softmax(student_logits / temperature, dim=1), F.log_softmax(teacher_logits / temperature, dim=1),
-                    reduction="batchmean", log_target=True)
-    return alpha * temperature ** 2 * soft + (1.0 - alpha) * F.cross_entropy(student_logits, labels)
+    soft = F.kl_div(
+        F.log_softmax(student_logits / temperature, dim=1),
+        F.log_softmax(teacher_logits / temperature, dim=1),
+        reduction="batchmean",
+        log_target=True,
+    )
+    return alpha * temperature**2 * soft + (1.0 - alpha) * F.cross_entropy(student_logits, labels)
 
 
 @functools.lru_cache(maxsize=2)
@@ -43,7 +52,9 @@ class Distillation(TrainHook):
             raise ValueError("distillation trains data-parallel only; use parallel degrees of 1")
 
     def task_loss(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
-        return distillation_loss(logits, batch.extras["teacher_logits"], batch.y, self.temperature, self.alpha)
+        return distillation_loss(
+            logits, batch.extras["teacher_logits"], batch.y, self.temperature, self.alpha
+        )
 
     def export(self, artifact_dir, model, spec, **shapes) -> dict[str, Any]:
         return {"training": {"distill": {"temperature": self.temperature, "alpha": self.alpha}}}
@@ -66,5 +77,10 @@ class TokenDistillation(Distillation):
         # no_grad, not inference_mode: the KL term's backward keeps the teacher's log-probabilities.
         with torch.no_grad():
             teacher_logits = cached_teacher(self.teacher)(batch.x)
-        return distillation_loss(logits.flatten(0, -2), teacher_logits.flatten(0, -2), batch.y.flatten(),
-                                 self.temperature, self.alpha)
+        return distillation_loss(
+            logits.flatten(0, -2),
+            teacher_logits.flatten(0, -2),
+            batch.y.flatten(),
+            self.temperature,
+            self.alpha,
+        )

@@ -25,11 +25,17 @@ class ExpertLoad(TrainHook):
         load = expert_load(ctx.model.module)
         if load is None:
             return {}
-        return {"expert_counts": load["expert_counts"], "expert_load_cv": load["load_cv"],
-                "expert_max_over_mean": load["max_over_mean_load"], "expert_dropped_fraction": load["dropped_fraction"]}
+        return {
+            "expert_counts": load["expert_counts"],
+            "expert_load_cv": load["load_cv"],
+            "expert_max_over_mean": load["max_over_mean_load"],
+            "expert_dropped_fraction": load["dropped_fraction"],
+        }
 
     def summary(self, metrics: dict[str, Any]) -> list[str]:
         if "expert_load_cv" not in metrics:
             return []
-        return [f"expert load: cv {metrics['expert_load_cv']:.3f}, busiest expert {metrics['expert_max_over_mean']:.2f}x "
-                f"the mean, dropped {metrics['expert_dropped_fraction']:.2%} (counts {metrics['expert_counts']})"]
+        return [
+            f"expert load: cv {metrics['expert_load_cv']:.3f}, busiest expert {metrics['expert_max_over_mean']:.2f}x "
+            f"the mean, dropped {metrics['expert_dropped_fraction']:.2%} (counts {metrics['expert_counts']})"
+        ]

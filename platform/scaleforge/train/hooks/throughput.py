@@ -21,9 +21,21 @@ class Throughput(TrainHook):
             line gives MFU: achieved FLOP/s over the peak of every worker together.
     """
 
-    def __init__(self, every: int, items_per_step: int, flops_per_item: float, unit: str,
-                 peak_tflops: Optional[float] = None):
-        self.every, self.items, self.flops, self.unit, self.peak = every, items_per_step, flops_per_item, unit, peak_tflops
+    def __init__(
+        self,
+        every: int,
+        items_per_step: int,
+        flops_per_item: float,
+        unit: str,
+        peak_tflops: Optional[float] = None,
+    ):
+        self.every, self.items, self.flops, self.unit, self.peak = (
+            every,
+            items_per_step,
+            flops_per_item,
+            unit,
+            peak_tflops,
+        )
         self._since: Optional[tuple[float, int]] = None
 
     def on_epoch_start(self, ctx: WorkerContext, epoch: int) -> None:
@@ -66,4 +78,6 @@ def throughput_hook(cfg, info, data_world: int) -> Throughput:
         items, unit = cfg.optim.batch_size * data_world * info.input_dim, "tokens"
     else:
         flops, items, unit = 0.0, cfg.optim.batch_size * data_world, "samples"
-    return Throughput(cfg.run.log_every_steps, items, flops, unit, cfg.run.peak_tflops if info.tokens else None)
+    return Throughput(
+        cfg.run.log_every_steps, items, flops, unit, cfg.run.peak_tflops if info.tokens else None
+    )
