@@ -6,21 +6,23 @@ python -m jobs.hwbench --config configs/hwbench.yaml
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from scaleforge.config import run_job
 from scaleforge.config.hwbench import HWBenchConfig
 from scaleforge.hardware import DeviceReport, format_reports, measure_cluster, write_reports
 from scaleforge.runtime import ensure_ray
+from scaleforge.storage import check_fields, describe
 
 
 @dataclass
 class HWBenchResult:
     reports: list[DeviceReport]
-    output: Path
+    output: Union[Path, str]
+    """Where the figures were written: a local path, or the URI as the config gave it."""
 
     def summary(self) -> str:
-        return f"{format_reports(self.reports)}\nwritten to {self.output}"
+        return f"{format_reports(self.reports)}\nwritten to {describe(self.output)}"
 
 
 def run_hwbench(cfg: HWBenchConfig) -> HWBenchResult:
@@ -30,8 +32,17 @@ def run_hwbench(cfg: HWBenchConfig) -> HWBenchResult:
     return HWBenchResult(reports, write_reports(reports, cfg.output))
 
 
+def check_runnable(cfg: HWBenchConfig) -> None:
+    """Before Ray starts: ``output``'s storage is reachable (a URI's endpoint and bucket).
+
+    Raises:
+        scaleforge.storage.StorageError: ``output: s3://...: bucket 'x' does not exist`` and the like.
+    """
+    check_fields({"output": cfg.output})
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_job(HWBenchConfig, run_hwbench, argv, prog="jobs.hwbench")
+    return run_job(HWBenchConfig, run_hwbench, argv, prog="jobs.hwbench", preflight=check_runnable)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,11 @@ import platform
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import torch
+
+from scaleforge.storage import Location, read_text, write_atomic
 
 # Nominal dense peaks (TFLOP/s fp32 / bf16, memory GB/s) from the vendors' datasheets.
 GPU_PEAKS = {
@@ -150,16 +152,24 @@ def measure_cluster(*, cpu_size: int = 1024, gpu_size: int = 8192, repeats: int 
     return [DeviceReport(**r) for node in ray.get(tasks) for r in node]
 
 
-def write_reports(reports: list[DeviceReport], output: str) -> Path:
-    """The figures as JSON (what placement reads back with :func:`read_reports`)."""
-    path = Path(output).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([r.to_dict() for r in reports], indent=2) + "\n")
-    return path
+def write_reports(reports: list[DeviceReport], output: Location) -> Union[Path, str]:
+    """The figures as JSON (what placement reads back with :func:`read_reports`).
+
+    Args:
+        reports: The measured devices.
+        output: A local path or a URI (``s3://bucket/hwbench.json?endpoint_override=...``).
+
+    Returns:
+        Where the file was written: a local ``output`` as a :class:`~pathlib.Path`, a URI as given.
+        Written atomically (:func:`scaleforge.storage.write_atomic`): placement, in another process,
+        reads the old figures or the new ones, never half a file.
+    """
+    return write_atomic(output, json.dumps([r.to_dict() for r in reports], indent=2) + "\n")
 
 
-def read_reports(path: str) -> list[DeviceReport]:
-    return [DeviceReport(**r) for r in json.loads(Path(path).expanduser().read_text())]
+def read_reports(location: Location) -> list[DeviceReport]:
+    """The figures :func:`write_reports` wrote at ``location`` (a local path or a URI)."""
+    return [DeviceReport(**r) for r in json.loads(read_text(location))]
 
 
 def format_reports(reports: list[DeviceReport]) -> str:

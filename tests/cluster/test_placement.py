@@ -2,13 +2,15 @@
 cluster with a CPU node and a GPU node, with replicas reading the bucket through their node's
 cache: ``tests/jobs/test_pipeline.py``.)"""
 
+import json
+import threading
 from pathlib import Path
 
 import pytest
 
 from scaleforge.artifacts import save_artifact
 from scaleforge.config.serve import ServeArgs
-from scaleforge.hardware import DeviceReport
+from scaleforge.hardware import DeviceReport, read_reports, write_reports
 from scaleforge.models import MLPSpec, build_model
 from scaleforge.placement import ClusterHardware, node_selector, place_models
 
@@ -57,3 +59,39 @@ def test_a_cluster_of_one_kind_keeps_rays_default_placement(app_args):
     assert placed is app_args and set(where.values()) == {"any"}
     with pytest.raises(ValueError, match="has no node_id: re-run jobs.hwbench"):
         ClusterHardware.from_reports([DeviceReport("host", "cpu", "x", 1)])
+
+
+def test_placement_reads_hwbench_figures_from_a_path_a_file_uri_or_a_bucket(s3, tmp_path):
+    reports = [_report("a"), _report("b", "cuda:0", 1.0)]
+    for location in (str(tmp_path / "hw.json"), f"file://{tmp_path}/f/hw.json", s3.uri("placement/hw.json")):
+        write_reports(reports, location)
+        assert read_reports(location) == reports
+        assert ClusterHardware.from_reports(read_reports(location)) == ClusterHardware(("a",), ("b",))
+
+
+@pytest.mark.parametrize("scheme", ["path", "file://"])
+def test_a_reader_never_sees_half_of_an_hwbench_file_being_rewritten(tmp_path, scheme):
+    """Placement (another process) may read while jobs.hwbench rewrites the file: old or new, never half."""
+    path = tmp_path / "hw.json"
+    location = str(path) if scheme == "path" else f"file://{path}"
+    small, large = [_report("a")], [_report(f"node-{i}", node_gpus=float(i % 2)) for i in range(400)]
+    write_reports(small, location)
+    seen, done = [], threading.Event()
+
+    def read_while_written():
+        while not done.is_set():
+            try:
+                seen.append(len(json.loads(path.read_text())))
+            except json.JSONDecodeError:  # a half-written (or emptied) file
+                seen.append("half")
+
+    reader = threading.Thread(target=read_while_written)
+    reader.start()
+    try:
+        for index in range(60):
+            write_reports(large if index % 2 == 0 else small, location)
+    finally:
+        done.set()
+        reader.join()
+    assert set(seen) <= {1, 400} and len(seen) > 0
+    assert [p.name for p in tmp_path.iterdir()] == ["hw.json"]  # no staging file left behind

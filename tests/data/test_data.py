@@ -5,6 +5,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from scaleforge import storage
 from scaleforge.config import ConfigError
 from scaleforge.data import DataSpec, describe, load_arrays, load_mnist1d
 from scaleforge.data.preflight import check_data, check_files
@@ -23,6 +24,27 @@ def test_mnist1d_is_seeded_split_and_cached(tmp_path):
     np.testing.assert_array_equal(first["x"], again["x"])
     other = load_mnist1d(200, seed=4, test_fraction=0.2, cache_dir=str(tmp_path))
     assert not np.array_equal(first["x"], other["x"])
+
+
+def test_mnist1d_is_cached_in_a_bucket_and_read_back_from_it(s3):
+    cache_dir = s3.uri("cache/mnist1d")
+    first = load_mnist1d(200, seed=3, test_fraction=0.2, cache_dir=cache_dir)
+    cached = storage.join(cache_dir, "mnist1d-n200-seed3-test0.2.npz")
+    assert storage.is_file(cached)
+    # A second load reads the bucket's arrays instead of generating them: mark them to tell.
+    marked = dict(first, x=first["x"] + 1.0)
+    storage.write_atomic(cached, lambda handle: np.savez(handle, **marked))
+    again = load_mnist1d(200, seed=3, test_fraction=0.2, cache_dir=cache_dir)
+    np.testing.assert_array_equal(again["x"], first["x"] + 1.0)
+    np.testing.assert_array_equal(again["y_test"], first["y_test"])
+
+
+def test_a_cache_dir_in_a_missing_bucket_fails_before_anything_runs(s3):
+    spec = DataSpec(num_samples=200, cache_dir=s3.uri("cache", bucket="no-such-bucket"))
+    with pytest.raises(
+        ConfigError, match=r"^data.cache_dir: s3://no-such-bucket/cache: bucket 'no-such-bucket' "
+    ):
+        check_data(spec)
 
 
 def test_describe_matches_what_is_loaded(tmp_path):

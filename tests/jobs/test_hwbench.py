@@ -10,8 +10,10 @@ import ray.cloudpickle
 import torch
 from conftest import REPO
 
-from jobs.hwbench import run_hwbench
+from jobs.hwbench import main, run_hwbench
 from scaleforge.config import HWBenchConfig, load_config
+from scaleforge.hardware import read_reports
+from scaleforge.placement import ClusterHardware
 
 # The plain loop runs as a Ray task as hwbench does (a worker process, at a worker's priority): the
 # suite's other worker competes for the cores, and both sides must meet it alike.
@@ -63,3 +65,26 @@ def test_hwbench_measures_every_node_and_agrees_with_a_plain_matmul_loop(ray_clu
     written = json.loads((tmp_path / "hw.json").read_text())
     assert written[0]["matmul_tflops"]["fp32"] == cpu.matmul_tflops["fp32"]
     assert "fp32 TFLOP/s" in result.summary()
+
+
+def test_hwbench_writes_to_a_bucket_where_placement_reads_the_figures(ray_cluster, s3):
+    uri = s3.uri("hwbench/hw.json")
+    cfg = load_config(
+        HWBenchConfig, REPO / "configs/hwbench.yaml", [f"output={uri}", "repeats=1", "cpu_matmul_size=64"]
+    )
+    result = run_hwbench(cfg)
+    assert result.output == uri
+    assert result.summary().endswith("written to s3://scaleforge-test/hwbench/hw.json")  # no endpoint
+    assert read_reports(uri) == result.reports
+    alive = sorted(n["NodeID"] for n in ray_cluster.nodes() if n["Alive"])
+    assert ClusterHardware.from_reports(read_reports(uri)).cpu_nodes == tuple(alive)
+
+
+def test_hwbench_given_a_missing_bucket_stops_before_measuring(s3, capsys):
+    missing = s3.uri("hw.json", bucket="no-such-bucket")
+    assert main(["--config", str(REPO / "configs/hwbench.yaml"), "--set", f"output={missing}"]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("output: s3://no-such-bucket/hw.json: bucket 'no-such-bucket' does not exist")
+    )

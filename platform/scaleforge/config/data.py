@@ -42,7 +42,8 @@ class DataSpec(BaseModel):
     test_path: Optional[str] = None
     """Optional held-out file in the same format as ``source``; then no split is made."""
     cache_dir: str = "~/.cache/scaleforge"
-    """Where generated MNIST-1D is cached (``.npz``, no pickle)."""
+    """Where generated MNIST-1D is cached (``.npz``, no pickle): a local folder or a URI
+    (``s3://bucket/cache``) that every node reads, so that a cluster generates it once."""
 
     @field_validator("source", "test_path")
     @classmethod

@@ -14,4 +14,5 @@ class HWBenchConfig(_Section):
     repeats: int = Field(default=5, ge=1, le=100)
     """Timed repeats per figure (the best is kept), after one warm-up; fewer once a figure has taken 2 s."""
     output: str = "~/scaleforge/hwbench.json"
-    """Where the per-device figures are written (JSON), for placement decisions."""
+    """Where the per-device figures are written (JSON, atomically), for placement decisions: a local path
+    or a URI (``s3://bucket/scaleforge/hwbench.json``)."""

@@ -4,11 +4,11 @@ Never the package's downloading loader: ``make_dataset`` is seeded and needs no 
 package's own cache format is pickle, which we do not load.
 """
 
-from pathlib import Path
+import io
 
 import numpy as np
 
-from scaleforge.storage import write_atomic
+from scaleforge import storage
 
 SEQUENCE_LENGTH = 40
 NUM_CLASSES = 10
@@ -24,16 +24,23 @@ def split_sizes(num_samples: int, test_fraction: float) -> tuple[int, int]:
 def load_mnist1d(num_samples: int, seed: int, test_fraction: float, cache_dir: str) -> dict[str, np.ndarray]:
     """Generate (or read from cache) MNIST-1D.
 
+    Args:
+        num_samples: Examples to generate (train + test).
+        seed: The generator's seed.
+        test_fraction: Share held out for testing.
+        cache_dir: A local folder or a URI (``s3://bucket/cache``) where the arrays are cached as
+            ``.npz``, so that the nodes of a cluster generate them once.
+
     Returns:
         ``{"x", "y", "x_test", "y_test"}``: float32 features of length 40 and int64 labels.
     """
-    cache = Path(cache_dir).expanduser() / f"mnist1d-n{num_samples}-seed{seed}-test{test_fraction:g}.npz"
-    if cache.is_file():
-        with np.load(cache, allow_pickle=False) as stored:
+    cache = storage.join(cache_dir, f"mnist1d-n{num_samples}-seed{seed}-test{test_fraction:g}.npz")
+    if storage.is_file(cache):
+        with np.load(io.BytesIO(storage.read_bytes(cache)), allow_pickle=False) as stored:
             return {key: stored[key] for key in ("x", "y", "x_test", "y_test")}
     arrays = _generate(num_samples, seed, test_fraction)
     # Atomic: concurrent jobs never read a half-written cache file.
-    write_atomic(cache, lambda handle: np.savez(handle, **arrays))
+    storage.write_atomic(cache, lambda handle: np.savez(handle, **arrays))
     return arrays
 
 

@@ -21,8 +21,13 @@ def check_files(spec: DataSpec, field: str = "data") -> None:
 
     Raises:
         ConfigError: ``data.source: data file '...' does not exist`` (or ``data.test_path``), or its
-            storage cannot be reached.
+            storage (or, for MNIST-1D, ``data.cache_dir``'s) cannot be reached.
     """
+    if spec.is_mnist1d:
+        try:
+            storage.check_reachable(spec.cache_dir)
+        except storage.StorageError as err:
+            raise ConfigError(f"{field}.cache_dir: {err}") from None
     local = localized(spec)
     for name in ("source", "test_path"):
         written = getattr(spec, name)

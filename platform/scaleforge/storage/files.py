@@ -27,13 +27,13 @@ def write_atomic(location: Location, data: Union[str, bytes, Callable[[BinaryIO]
     Returns:
         A local ``location`` as a :class:`~pathlib.Path`, a URI as given.
     """
-    if is_uri(location):
+    if _in_object_store(location):
         with tempfile.TemporaryFile() as spool:
             data(spool) if callable(data) else spool.write(data.encode() if isinstance(data, str) else data)
             spool.seek(0)
             _upload(spool, location)
         return str(location)
-    path = local_path(location)
+    path = _local_file(location)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, staging = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -48,16 +48,26 @@ def write_atomic(location: Location, data: Union[str, bytes, Callable[[BinaryIO]
     finally:
         if os.path.exists(staging):
             os.unlink(staging)
-    return path
+    return str(location) if is_uri(location) else path
 
 
 def upload(local: Location, location: Location) -> None:
     """Copy the local file ``local`` to ``location`` (whole or not at all, as :func:`write_atomic`)."""
     with open(local, "rb") as source:
-        if is_uri(location):
+        if _in_object_store(location):
             _upload(source, location)
         else:
             write_atomic(location, lambda out: shutil.copyfileobj(source, out, _CHUNK))
+
+
+def _in_object_store(location: Location) -> bool:
+    """Whether ``location`` is a URI other than ``file://`` (whose writes are staged and renamed)."""
+    return is_uri(location) and not str(location).startswith("file://")
+
+
+def _local_file(location: Location) -> Path:
+    """A local path, or a ``file://`` URI's path, as a :class:`~pathlib.Path`."""
+    return Path(resolve(location)[1]) if is_uri(location) else local_path(location)
 
 
 def _upload(source: BinaryIO, location: Location) -> None:
