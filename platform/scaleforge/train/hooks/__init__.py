@@ -7,10 +7,11 @@ picklable (plain fields, no open handles).
 """
 
 from scaleforge.train.hooks.base import Hooks, TrainHook, WorkerContext
-from scaleforge.train.hooks.distill import Distillation, TokenDistillation, distillation_loss
+from scaleforge.train.hooks.distill import Distillation, distillation_loss
 from scaleforge.train.hooks.expert_load import ExpertLoad
 from scaleforge.train.hooks.fault import KillWorker
 from scaleforge.train.hooks.moe_parts import ExportMoEParts
+from scaleforge.train.hooks.token_distill import TokenDistillation
 
 
 def default_hooks(cfg) -> list[TrainHook]:
