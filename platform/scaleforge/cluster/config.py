@@ -92,6 +92,45 @@ def simulated_config(
     (instance types, setup commands) are dropped. Ray's wheel lacks the base config that
     ``ray.cluster_utils.AutoscalingCluster`` reads, so it is written out here in full.
     """
+    return {
+        "cluster_name": f"{config['cluster_name']}-simulated",
+        "max_workers": config.get("max_workers", 2),
+        "upscaling_speed": config.get("upscaling_speed", 1.0),
+        "idle_timeout_minutes": (
+            config.get("idle_timeout_minutes", 5) if idle_timeout_minutes is None else idle_timeout_minutes
+        ),
+        "provider": {
+            "type": "fake_multinode",
+            "use_node_id_as_ip": True,
+            "disable_node_updaters": True,
+            "disable_launch_config_check": True,
+        },
+        "available_node_types": _simulated_node_types(config, max_workers_per_type),
+        "head_node_type": "ray.head.default",
+        **_NO_CLOUD_SETUP,
+    }
+
+
+_NO_CLOUD_SETUP: dict[str, Any] = {
+    "auth": {},
+    "docker": {},
+    "file_mounts": {},
+    "cluster_synced_files": [],
+    "file_mounts_sync_continuously": False,
+    "rsync_exclude": [],
+    "rsync_filter": [],
+    "initialization_commands": [],
+    "setup_commands": [],
+    "head_setup_commands": [],
+    "worker_setup_commands": [],
+    "head_start_ray_commands": [],
+    "worker_start_ray_commands": [],
+}
+"""The fields of Ray's base config that a fake node on this machine leaves empty (no SSH, no setup)."""
+
+
+def _simulated_node_types(config: dict[str, Any], max_workers_per_type: Optional[int]) -> dict[str, Any]:
+    """The head as ``ray.head.default`` and each worker type with its resources, min and max workers."""
     head = config["head_node_type"]
     node_types = {
         "ray.head.default": {
@@ -112,32 +151,4 @@ def simulated_config(
             "min_workers": node_type.get("min_workers", 0),
             "max_workers": max_workers,
         }
-    return {
-        "cluster_name": f"{config['cluster_name']}-simulated",
-        "max_workers": config.get("max_workers", 2),
-        "upscaling_speed": config.get("upscaling_speed", 1.0),
-        "idle_timeout_minutes": (
-            config.get("idle_timeout_minutes", 5) if idle_timeout_minutes is None else idle_timeout_minutes
-        ),
-        "provider": {
-            "type": "fake_multinode",
-            "use_node_id_as_ip": True,
-            "disable_node_updaters": True,
-            "disable_launch_config_check": True,
-        },
-        "available_node_types": node_types,
-        "head_node_type": "ray.head.default",
-        "auth": {},
-        "docker": {},
-        "file_mounts": {},
-        "cluster_synced_files": [],
-        "file_mounts_sync_continuously": False,
-        "rsync_exclude": [],
-        "rsync_filter": [],
-        "initialization_commands": [],
-        "setup_commands": [],
-        "head_setup_commands": [],
-        "worker_setup_commands": [],
-        "head_start_ray_commands": [],
-        "worker_start_ray_commands": [],
-    }
+    return node_types

@@ -114,7 +114,8 @@ def _data_kind(value: Any) -> str:
 TrainDataSpec = Annotated[
     Union[Annotated[DataSpec, Tag("arrays")], Annotated[TextDataSpec, Tag("text")]], Discriminator(_data_kind)
 ]
-"""A training job's ``data``: arrays (:class:`DataSpec`) or, with ``kind: text``, text (:class:`TextDataSpec`)."""
+"""A training job's ``data``: arrays (:class:`DataSpec`) or, with ``kind: text``, text
+(:class:`TextDataSpec`)."""
 
 
 def _suffix(path: str) -> str:

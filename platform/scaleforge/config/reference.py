@@ -10,13 +10,10 @@ links to its first table instead of repeating it. The output depends only on the
 test compares it with the committed file.
 """
 
-import ast
-import functools
 import inspect
 import json
 import re
 import sys
-import textwrap
 import types
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
@@ -25,12 +22,14 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from scaleforge.config import JOB_SCHEMAS
+from scaleforge.config.field_docs import field_docs
 from scaleforge.storage import write_atomic
 
 _REQUIRED = object()
 _HEADER = """# Config reference
 
-<!-- Generated from the schemas by `python -m scaleforge.config.reference` (`make docs`); do not edit by hand. -->
+<!-- Generated from the schemas by `python -m scaleforge.config.reference` (`make docs`); \
+do not edit by hand. -->
 
 Every job reads one YAML file into its schema: `python -m jobs.<name> --config FILE`. Unknown keys
 are errors. Any field can be overridden with `--set dotted.name=value` (the value is read as YAML);
@@ -74,7 +73,7 @@ class _Writer:
 
     def _table(self, cls: type[BaseModel], instance: Any, path: str, anchor: str, job: str) -> None:
         rows, children = [], []
-        docs = _field_docs(cls)
+        docs = field_docs(cls)
         for name, info in cls.model_fields.items():
             dotted = f"{path}.{name}" if path else name
             value = _default(info, instance, name)
@@ -157,30 +156,6 @@ def _nested(info: FieldInfo) -> Optional[tuple[list[type[BaseModel]], bool, bool
 def _tag(cls: type[BaseModel], tag_field: Optional[str]) -> str:
     values = get_args(cls.model_fields[tag_field].annotation) if tag_field else ()
     return str(values[0]) if values else cls.__name__
-
-
-@functools.cache
-def _field_docs(cls: type) -> dict[str, str]:
-    """Field docstrings of ``cls`` and its pydantic bases (a subclass that redeclares a field wins)."""
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        if not issubclass(klass, BaseModel) or klass is BaseModel:
-            continue
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-        except (OSError, TypeError):  # no source (built at runtime): no docstrings to read
-            continue
-        body = tree.body[0].body
-        for statement, after in zip(body, body[1:] + [None]):
-            if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
-                docs.pop(statement.target.id, None)
-                if (
-                    isinstance(after, ast.Expr)
-                    and isinstance(after.value, ast.Constant)
-                    and isinstance(after.value.value, str)
-                ):
-                    docs[statement.target.id] = after.value.value
-    return docs
 
 
 _BOUNDS = (("gt", "> {}"), ("ge", ">= {}"), ("lt", "< {}"), ("le", "<= {}"), ("pattern", "matching `{}`"))
