@@ -1,4 +1,5 @@
-"""Compression of a trained model artifact with an ordered recipe (distill, prune, low_rank, quantize, export).
+"""Compression of a trained model artifact with an ordered recipe (distill, prune, low_rank, quantize,
+export).
 
     python -m jobs.compress --config configs/compress.yaml [--set output=/abs/path ...]
     ray job submit --working-dir . --runtime-env-json '{"py_modules": ["platform/scaleforge"]}' \

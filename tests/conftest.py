@@ -51,7 +51,8 @@ def ray_cluster(metrics_port):
     import ray
 
     # address="local": a fresh cluster even if another local one (or a stale address file) exists.
-    # Worker and replica output stays in Ray's log folder, as for our jobs (SCALEFORGE_WORKER_LOGS=1 streams it).
+    # Worker and replica output stays in Ray's log folder, as for our jobs (SCALEFORGE_WORKER_LOGS=1
+    # streams it).
     ray.init(
         address="local",
         num_cpus=4,
@@ -65,7 +66,8 @@ def ray_cluster(metrics_port):
 
 @pytest.fixture(scope="session")
 def s3():
-    """The session's S3 server (moto's, a process of its own on 127.0.0.1) and its bucket ``scaleforge-test``."""
+    """The session's S3 server (moto's, a process of its own on 127.0.0.1) and its bucket
+    ``scaleforge-test``."""
     with LocalS3() as server:
         yield server
 
@@ -88,7 +90,8 @@ def _free_what_a_failed_test_reserved(request):
     for group_id, info in placement_group_table().items():
         if info["state"] in ("PENDING", "CREATED", "RESCHEDULING"):
             warnings.warn(
-                f"{request.node.nodeid} left placement group {group_id} ({info['state']}); removed it"
+                f"{request.node.nodeid} left placement group {group_id} ({info['state']}); removed it",
+                stacklevel=1,  # the fixture's own line: the test that leaked is named in the message
             )
             remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(group_id))))
 

@@ -79,7 +79,8 @@ def test_no_library_file_is_over_250_lines():
     ],
 )
 def test_the_rule_reader_sees_every_kind_of_import(tmp_path, source, expected):
-    """The checks above would pass vacuously if imports were missed: relative, nested and from-imports count."""
+    """The checks above would pass vacuously if imports were missed: relative, nested and from-imports
+    count."""
     probe = tmp_path / "platform" / "scaleforge" / "distributed" / "probe.py"
     probe.parent.mkdir(parents=True)
     probe.write_text(source + "\n")

@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 
 def lazy_exports(package: str, homes: dict[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` that imports ``homes[name]`` (a module) when ``package.name`` is first used."""
+    """A module ``__getattr__`` that imports ``homes[name]`` (a module) when ``package.name`` is first
+    used."""
 
     def __getattr__(name: str) -> Any:
         if name in homes:

@@ -131,7 +131,8 @@ def test_unreachable_storage_and_a_missing_bucket_fail_in_one_line_naming_the_ur
 
 def test_a_training_job_given_a_missing_bucket_stops_before_ray_starts(s3, tmp_path):
     """The user's story: ``--set artifact.dir=s3://...`` used to create a local folder named ``s3:``.
-    (A job that writes its artifact and checkpoints to the bucket: ``tests/distributed/test_dp_training.py``.)"""
+    (A job that writes its artifact and checkpoints to the bucket:
+    ``tests/distributed/test_dp_training.py``.)"""
     env = {**os.environ, "HOME": str(tmp_path / "home")}
     env.pop("RAY_ADDRESS", None)
     bad = subprocess.run(

@@ -5,6 +5,7 @@ import re
 import pytest
 from conftest import REPO
 
+from jobs.hwbench import check_runnable as check_hwbench
 from scaleforge.compress.preflight import check_runnable as check_compression
 from scaleforge.config import JOB_SCHEMAS, ConfigError, TrainJobConfig, load_config
 from scaleforge.paramserver.preflight import check_runnable as check_async_sgd
@@ -14,13 +15,14 @@ from scaleforge.train.preflight import check_runnable
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
 PREFLIGHTS = {
+    "jobs.hwbench": check_hwbench,
     "jobs.train": check_runnable,
     "jobs.async_sgd": check_async_sgd,
     "jobs.compress": check_compression,
     "jobs.calibrate": check_calibration,
     "jobs.pipeline": check_pipeline,
 }
-"""Each job's pre-flight; jobs.hwbench has nothing to check, jobs.serve checks its artifacts in serving.run."""
+"""Each job's pre-flight; jobs.serve checks its artifacts in serving.run."""
 
 
 def job_of(path) -> str:

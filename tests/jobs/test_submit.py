@@ -38,7 +38,8 @@ def _ray(args, env, timeout=600):
 
 
 def _submit_training(head, tmp_path, config: str, *sets: str) -> str:
-    """Submit ``jobs.train --config config`` (artifact into ``tmp_path/artifact``); its logs once it succeeded."""
+    """Submit ``jobs.train --config config`` (artifact into ``tmp_path/artifact``); its logs once it
+    succeeded."""
     address, env = head
     overrides = [*sets, f"run.storage_path={tmp_path / 'runs'}", f"artifact.dir={tmp_path / 'artifact'}"]
     submission_id, logs = submit(

@@ -62,9 +62,10 @@ def test_calibration_meets_the_accuracy_target_with_the_fewest_escalations():
     (threshold,) = calibrate_thresholds(
         probs, labels, "max_prob", target_accuracy=teacher - 0.01, safety_sd=0.0
     )
-    accuracy = lambda t: float(
-        (simulate_cascade(probs, [t], "max_prob").predictions == labels).float().mean()
-    )  # noqa: E731
+
+    def accuracy(threshold: float) -> float:
+        return float((simulate_cascade(probs, [threshold], "max_prob").predictions == labels).float().mean())
+
     assert accuracy(threshold) >= teacher - 0.01
     lower = confidence(probs[0], "max_prob")
     below = lower[lower < threshold].max()

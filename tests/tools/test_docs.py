@@ -1,4 +1,5 @@
-"""The documentation stays true: a short front page, paths that exist, a config reference that matches the schemas."""
+"""The documentation stays true: a short front page, paths that exist, a config reference that matches
+the schemas."""
 
 import difflib
 import re
@@ -11,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from scaleforge.config.reference import render
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-# A repository path in prose or code: `tests/serving/test_serving_http.py`, `configs/serve.yaml`, `docs/results.md`.
+# A repository path in prose or code: `tests/serving/test_serving_http.py`, `configs/serve.yaml`,
+# `docs/results.md`.
 # Placeholders (`bench/results/<name>.failed`, `tests/<area>/test_*.py`) are not paths and do not match.
 REPO_PATH = re.compile(
     r"(?<![\w./-])((?:bench|configs|docs|jobs|platform|serving|tests)/[\w./-]*\w)(?![\w/<*-])"
@@ -80,7 +82,8 @@ def test_every_path_and_link_in_the_docs_exists(page):
         if anchor and target.exists() and anchor not in _anchors(target)
     ]
     assert not missing, (
-        f"{page.relative_to(REPO)} names paths or anchors that do not exist: {', '.join(sorted(set(missing)))}"
+        f"{page.relative_to(REPO)} names paths or anchors that do not exist: "
+        f"{', '.join(sorted(set(missing)))}"
     )
     for path, name in TEST_NAME.findall(text):
         assert re.search(rf"^\s*def {name}\b", (REPO / path).read_text(), re.MULTILINE), (
@@ -144,8 +147,8 @@ def test_a_schema_is_walked_through_unions_lists_and_base_classes():
     text = render({"jobs.basket": _Basket})
     assert "## `jobs.basket` (_Basket)\n\nA toy job schema." in text
     assert (
-        "| `fruit` | one of [`apple`](#jobs-basket-fruit-apple), [`pear`](#jobs-basket-fruit-pear) (chosen by `kind`) | `pear` |"
-        in text
+        "| `fruit` | one of [`apple`](#jobs-basket-fruit-apple), [`pear`](#jobs-basket-fruit-pear) "
+        "(chosen by `kind`) | `pear` |" in text
     )
     assert (
         "| `extras` | non-empty list of [`_Base`](#jobs-basket-extras) | `[]` | More of the base. |" in text

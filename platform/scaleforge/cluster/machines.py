@@ -19,7 +19,8 @@ from typing import Iterator
 from scaleforge.cluster.local import free_ports
 
 DISK_VARIABLES = ("HOME", "SCALEFORGE_CACHE")
-"""What makes a node's disk its own: where ``~`` is, and where artifacts downloaded from storage are cached."""
+"""What makes a node's disk its own: where ``~`` is, and where artifacts downloaded from storage are
+cached."""
 
 
 def disk_of(folder: Path) -> dict[str, str]:

@@ -10,7 +10,8 @@ from scaleforge.config.schema import _Section
 
 
 class CalibrateConfig(_Section):
-    """``python -m jobs.calibrate``: fit a cascade's thresholds on validation data, write them into the serve config."""
+    """``python -m jobs.calibrate``: fit a cascade's thresholds on validation data, write them into the
+    serve config."""
 
     serve_config: str = "configs/serve.yaml"
     """The Ray Serve config (a file or a URI) whose cascade is calibrated (rewritten in place, atomically)."""

@@ -47,7 +47,8 @@ class PlacementSpec(_Section):
 
     enabled: bool = True
     hwbench: Optional[str] = None
-    """A ``jobs.hwbench`` result (JSON) to place by; default: measure the cluster when the serve stage starts."""
+    """A ``jobs.hwbench`` result (JSON: a local path or a URI) to place by; default: measure the cluster
+    when the serve stage starts."""
     gpu_share: float = Field(default=0.25, gt=0.0, le=1.0)
     """Share of a GPU each replica of a large model reserves on a GPU node."""
     gpu_min_parameters: PositiveInt = 100_000

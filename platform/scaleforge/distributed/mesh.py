@@ -186,7 +186,8 @@ class MeshParallel:
 
     @staticmethod
     def data_config() -> "DataConfig":
-        """Every worker reads the whole dataset in one fixed order, so ranks sharing a slice take the same rows."""
+        """Every worker reads the whole dataset in one fixed order, so ranks sharing a slice take the same
+        rows."""
         from ray.data import DataContext, ExecutionOptions  # Ray only where Ray Train asks: gloo unit tests
         from ray.train import DataConfig  # import this module in processes of their own (1.5 s of CPU less)
 

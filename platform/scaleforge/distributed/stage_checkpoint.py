@@ -9,9 +9,9 @@ collective), and one rank per pipeline stage writes:
 - ``stage<p>.json``, last: param groups, scalar optimiser state and the tensor file's sha256.
 
 Resuming, every rank reads its stage's files, verifies the digest, cuts its own shard out of each
-full tensor (``distribute_tensor`` without communication) and loads them with ``set_state_dict``; exporting merges the stages' model tensors into one state
-dict. Full tensors per stage cost a gather on save; the models trained this way fit one host's
-memory per stage, which is what the gather needs.
+full tensor (``distribute_tensor`` without communication) and loads them with ``set_state_dict``;
+exporting merges the stages' model tensors into one state dict. Full tensors per stage cost a gather
+on save; the models trained this way fit one host's memory per stage, which is what the gather needs.
 """
 
 import hashlib

@@ -63,12 +63,12 @@ class LocalS3:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 break
-            except OSError:
+            except OSError as err:
                 if self._process.poll() is not None or time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError(
                         f"the S3 server on {self.endpoint} did not start (is moto[server] installed?)"
-                    )
+                    ) from err
                 time.sleep(0.1)
         pyarrow.fs.S3FileSystem(
             endpoint_override=self.endpoint, scheme="http", allow_bucket_creation=True

@@ -1,4 +1,5 @@
-"""Optimiser and learning-rate schedule of a training run (Goyal et al. 2017, "Accurate, Large Minibatch SGD")."""
+"""Optimiser and learning-rate schedule of a training run (Goyal et al. 2017, "Accurate, Large
+Minibatch SGD")."""
 
 import math
 
@@ -25,7 +26,8 @@ def make_optimizer(module: nn.Module, optim) -> torch.optim.Optimizer:
 
 
 def peak_learning_rate(lr: float, global_batch: int, base_batch: int, scaling: str) -> float:
-    """The linear scaling rule: multiply ``lr`` by ``global_batch / base_batch`` when ``scaling == "linear"``."""
+    """The linear scaling rule: multiply ``lr`` by ``global_batch / base_batch`` when
+    ``scaling == "linear"``."""
     return lr * global_batch / base_batch if scaling == "linear" else lr
 
 

@@ -36,6 +36,7 @@ class ExpertLoad(TrainHook):
         if "expert_load_cv" not in metrics:
             return []
         return [
-            f"expert load: cv {metrics['expert_load_cv']:.3f}, busiest expert {metrics['expert_max_over_mean']:.2f}x "
+            f"expert load: cv {metrics['expert_load_cv']:.3f}, "
+            f"busiest expert {metrics['expert_max_over_mean']:.2f}x "
             f"the mean, dropped {metrics['expert_dropped_fraction']:.2%} (counts {metrics['expert_counts']})"
         ]

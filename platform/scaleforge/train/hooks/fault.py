@@ -11,12 +11,14 @@ from scaleforge.train.hooks.base import TrainHook, WorkerContext
 
 @dataclass
 class KillWorker(TrainHook):
-    """The last rank exits (``os._exit(1)``) halfway through ``epoch`` (1-based), on the first attempt only."""
+    """The last rank exits (``os._exit(1)``) halfway through ``epoch`` (1-based), on the first attempt
+    only."""
 
     epoch: int
 
     def fires(self, ctx: WorkerContext, epoch: int, step: int) -> bool:
-        """Whether this rank dies before this step: the last rank, halfway through the epoch, first attempt."""
+        """Whether this rank dies before this step: the last rank, halfway through the epoch, first
+        attempt."""
         return (
             (epoch + 1, step) == (self.epoch, ctx.steps_per_epoch // 2)
             and not ctx.start_epoch

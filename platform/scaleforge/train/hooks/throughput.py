@@ -63,7 +63,8 @@ class Throughput(TrainHook):
 
 
 def throughput_hook(cfg, info, data_world: int) -> Throughput:
-    """The :class:`Throughput` of a job (``run.log_every_steps``, ``run.peak_tflops``) on data of shape ``info``.
+    """The :class:`Throughput` of a job (``run.log_every_steps``, ``run.peak_tflops``) on data of shape
+    ``info``.
 
     A language model's FLOPs per token are PaLM's (Chowdhery et al. 2022, appendix B): ``6 N`` for the
     matmuls of its ``N`` parameters (the position table aside) plus ``12 L d T`` for attention over
