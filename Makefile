@@ -9,7 +9,7 @@ TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 CONFIG ?= configs/train_dp.yaml
 
-.PHONY: install demo test test-fast gpu-check bench docs submit clean
+.PHONY: install demo test test-fast gpu-check lint bench docs submit clean
 
 install: $(STAMP)
 
@@ -38,6 +38,11 @@ demo: install
 PYTEST_WORKERS ?= 2
 test: install
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
+
+# Ruff's lint rules and formatting (configured in pyproject.toml): both must be clean.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # On a machine with CUDA (install the CUDA build of torch first, see README): the GPU path, ~5 min.
 gpu-check: install
