@@ -142,7 +142,7 @@ def test_throughput_reports_rate_flops_and_mfu_every_few_steps_on_rank_0():
         ).groups()
         rate = float(rate.replace(",", ""))
         assert 2 * 1000 / elapsed <= rate <= 2 * 1000 / 0.02  # 2 steps of 1000 tokens, each >= 10 ms
-        assert float(tflops) == pytest.approx(rate * 6e6 / 1e12, abs=5e-4)
+        assert float(tflops) == pytest.approx(rate * 6e6 / 1e12, abs=1e-3)
         assert float(mfu) == pytest.approx(100 * rate * 6e6 / 1e12 / (0.5 * 2), abs=0.06)
     # A new epoch restarts the clock: evaluation between epochs is not a step.
     hook.on_epoch_start(ctx, 1)
