@@ -77,7 +77,8 @@ def test_hwbench_writes_to_a_bucket_where_placement_reads_the_figures(ray_cluste
     assert result.summary().endswith("written to s3://scaleforge-test/hwbench/hw.json")  # no endpoint
     assert read_reports(uri) == result.reports
     alive = sorted(n["NodeID"] for n in ray_cluster.nodes() if n["Alive"])
-    assert ClusterHardware.from_reports(read_reports(uri)).cpu_nodes == tuple(alive)
+    hardware = ClusterHardware.from_reports(read_reports(uri))
+    assert sorted(hardware.cpu_nodes + hardware.gpu_nodes) == alive
 
 
 def test_hwbench_given_a_missing_bucket_stops_before_measuring(s3, capsys):
