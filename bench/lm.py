@@ -10,10 +10,10 @@ On ``configs/train_lm_small.yaml``'s model and bytes (the standard library's sou
    then one plain PyTorch process, both cores' threads, given the same wall-clock as the whole Ray
    job took (start-up and the final scoring included on both sides), its batch the workers' batches
    together (the same update per step), its warm-up and cosine laid over its training time
-   (``bench/lm_plain.py single``). Both score the same
+   (``bench/peers/lm_plain.py single``). Both score the same
    validation windows in bits per byte; ``gzip -9`` and ``xz -9e`` compress the same validation bytes.
 2. **Throughput.** The same model, batch and optimiser under PyTorch DDP the torchrun way (two
-   processes, gloo, a ``DistributedSampler`` each: ``bench/lm_plain.py ddp``) against the Ray Train
+   processes, gloo, a ``DistributedSampler`` each: ``bench/peers/lm_plain.py ddp``) against the Ray Train
    job with the same two workers and per-rank batches: tokens/s in steady state (DDP's steps 50-300,
    Ray Train's 300-1,000: see ``Sizes``), the time up to then reported apart. Three rounds, DDP and
    the Ray side in turn (the order swapped each round), medians compared; DDP also runs beside the
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
 
 from bars import print_bars  # noqa: E402
-from lm_plain import peak_rss_mib  # noqa: E402
+from peers.lm_plain import peak_rss_mib  # noqa: E402
 
 from scaleforge.config import TrainJobConfig, load_config  # noqa: E402
 from scaleforge.distributed.memory import local_bytes  # noqa: E402
@@ -160,7 +160,7 @@ def timed(cfg: TrainJobConfig, warmup: int) -> tuple[dict, float]:
 
 
 def plain(mode: str, tmp: Path, *args: str, ranks: int = 2) -> tuple[dict, float]:
-    """``bench/lm_plain.py`` (under torchrun with ``ranks`` processes for ``ddp``): its result and when it
+    """``bench/peers/lm_plain.py`` (under torchrun with ``ranks`` processes for ``ddp``): its result and when it
     was launched."""
     out = tmp / f"{mode}.json"
     launcher = (
@@ -172,7 +172,7 @@ def plain(mode: str, tmp: Path, *args: str, ranks: int = 2) -> tuple[dict, float
     subprocess.run(
         [
             *launcher,
-            str(ROOT / "bench" / "lm_plain.py"),
+            str(ROOT / "bench" / "peers" / "lm_plain.py"),
             mode,
             "--config",
             str(CONFIG),
