@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Generic, Optional, TypeVar
 
 import httpx
@@ -45,13 +46,15 @@ class Request:
 @dataclass(frozen=True)
 class Answer(Generic[T]):
     """One answered request: its ticket (the order it was sent in), the request's index, the latency
-    the client saw (retries included), the status and what ``read`` kept of the response."""
+    the client saw (retries included), the status (0: no HTTP answer), what ``read`` kept of the
+    response and when it came (``time.time()``)."""
 
     ticket: int
     request: int
     latency_s: float
     status: int
-    value: T
+    value: Optional[T]
+    at: float
 
 
 @dataclass(frozen=True)
@@ -84,10 +87,13 @@ def closed_loop(
     at_least: int = 0,
     warmup: bool = False,
     attempts: int = ATTEMPTS,
+    timeout_s: float = 120.0,
+    record_errors: bool = False,
+    stop: Optional[threading.Event] = None,
     progress: Optional[str] = None,
 ) -> Load[T]:
     """Drive ``clients`` closed-loop clients over ``requests`` (in turn, from the first, again and
-    again) until ``seconds`` have passed and at least ``at_least`` requests were sent.
+    again) until ``seconds`` have passed and at least ``at_least`` requests were sent, or ``stop`` is set.
 
     Args:
         urls: base URLs; client i sends to ``urls[i % len(urls)]`` (one URL per replica spreads the
@@ -97,26 +103,23 @@ def closed_loop(
         warmup: each client first sends one request that is not counted; the clock starts once all
             are answered.
         attempts: sends of a request whose connection failed before an answer (1: no retry).
+        record_errors: a request with no HTTP answer after its last attempt (``httpx.HTTPError``, a
+            timeout too) is an answer of status 0 instead of an error that ends the load.
         progress: a label for a progress bar over the answers.
     """
-    tickets, lock = itertools.count(), threading.Lock()
-    clock: dict[str, float] = {}
-
-    def start_clock() -> None:
-        clock["began"] = time.perf_counter()
-        clock["deadline"] = clock["began"] + seconds
-
-    started = threading.Barrier(clients, action=start_clock)
+    tickets = _Tickets(seconds, at_least, stop or threading.Event())
+    send = partial(_send, requests=requests, read=read, attempts=attempts, record_errors=record_errors)
+    started = threading.Barrier(clients, action=tickets.start)
 
     def client(index: int, answered: Callable[[Optional[Answer]], None]) -> None:
         try:
-            with httpx.Client(base_url=urls[index % len(urls)], timeout=120) as http:
+            with httpx.Client(base_url=urls[index % len(urls)], timeout=timeout_s) as http:
                 if warmup:
                     request = requests[index % len(requests)]
                     http.post(request.path, content=request.body, headers=request.headers)
                 started.wait()
-                while (ticket := _next_ticket(tickets, lock, at_least, clock)) is not None:
-                    answered(_send(http, ticket, requests, read, attempts))
+                while (ticket := tickets.next()) is not None:
+                    answered(send(http, ticket))
         except BaseException:
             started.abort()  # the other clients stop waiting for this one
             raise
@@ -124,26 +127,47 @@ def closed_loop(
             answered(None)
 
     answers = _run_clients(client, clients, progress, None if seconds else len(requests))
-    return Load(answers, time.perf_counter() - clock.get("began", time.perf_counter()))
+    return Load(answers, time.perf_counter() - (tickets.began or time.perf_counter()))
 
 
-def _next_ticket(tickets, lock: threading.Lock, at_least: int, clock: dict) -> Optional[int]:
-    """The next ticket, or None once enough were sent and the time is up. Tickets are drawn in order
-    under the lock, so the requests sent are tickets 0 to n - 1."""
-    with lock:
-        ticket = next(tickets)
-        if ticket >= at_least and time.perf_counter() >= clock["deadline"]:
+class _Tickets:
+    """The clients' tickets, drawn in order under a lock (so the requests sent are tickets 0 to n - 1),
+    from :meth:`start` until at least ``at_least`` were drawn and ``seconds`` have passed, or ``stop``
+    is set."""
+
+    def __init__(self, seconds: float, at_least: int, stop: threading.Event):
+        self.count, self.lock = itertools.count(), threading.Lock()
+        self.seconds, self.at_least, self.stop = seconds, at_least, stop
+        self.began: Optional[float] = None
+
+    def start(self) -> None:
+        self.began = time.perf_counter()
+
+    def next(self) -> Optional[int]:
+        """The next ticket, or None once the load is over."""
+        if self.stop.is_set():
             return None
-        return ticket
+        with self.lock:
+            ticket = next(self.count)
+            if ticket >= self.at_least and time.perf_counter() >= self.began + self.seconds:
+                return None
+            return ticket
 
 
-def _send(http: httpx.Client, ticket: int, requests: Sequence[Request], read, attempts: int) -> Answer:
+def _send(
+    http: httpx.Client, ticket: int, requests: Sequence[Request], read, attempts: int, record_errors: bool
+) -> Answer:
     index = ticket % len(requests)
     request = requests[index]
     began = time.perf_counter()
-    response = post_idempotent(http, request.path, request.body, request.label, request.headers, attempts)
+    try:
+        response = post_idempotent(http, request.path, request.body, request.label, request.headers, attempts)
+    except httpx.HTTPError:
+        if not record_errors:
+            raise
+        return Answer(ticket, index, time.perf_counter() - began, 0, None, time.time())
     latency = time.perf_counter() - began  # the latency a client sees, retries included
-    return Answer(ticket, index, latency, response.status_code, read(ticket, response))
+    return Answer(ticket, index, latency, response.status_code, read(ticket, response), time.time())
 
 
 def _run_clients(client, clients: int, progress: Optional[str], total: Optional[int]) -> list[Answer]:
