@@ -63,16 +63,14 @@ import peers  # noqa: E402
 import ray  # noqa: E402
 import serving_parts  # noqa: E402
 from ray import serve  # noqa: E402
-from ray.serve.context import _get_global_client  # noqa: E402
 from serving_parts.common import BATCH, MODEL_PROCESSES, SERVE_ENV, THREADS  # noqa: E402
-from serving_parts.deploy import deploy  # noqa: E402
+from serving_parts.deploy import deploy, direct_urls  # noqa: E402
 from serving_parts.load import binary_bodies, bodies, drive  # noqa: E402
 from serving_parts.models import calibrated_thresholds, cost_ms, exit_probs, print_exit_curves, trained  # noqa: E402
 from serving_parts.plain import free_port, plain_server  # noqa: E402
 from serving_parts.report import report  # noqa: E402
 
 from scaleforge.data import load_mnist1d  # noqa: E402
-from scaleforge.deploy import direct_ingress_urls  # noqa: E402
 
 INFER = "/v2/models/{}/infer"
 
@@ -131,7 +129,7 @@ def main() -> int:
 
 def configurations(base: str, uvicorn_teacher: str, uvicorn_student: str, x: np.ndarray, args) -> dict:
     """Every configuration measured: name -> (base URLs, requests, clients)."""
-    direct = direct_ingress_urls(_get_global_client().get_serve_details())
+    direct = direct_urls()
     cascade, split, early = direct["cascade"][:1], direct["cascade-2-deployments"][:1], direct["early-exit"]
     proxy = {app: [f"{base}/{app}"] for app in ("teacher-only", "cascade", "bare")}
     c, one = args.concurrency, 1

@@ -1,11 +1,14 @@
 """The Serve apps of bench/serving.py, each on its own route: teacher-only, the cascade (student in the
 ingress, or as a deployment of its own), the bare stage-0 peer and the early-exit network.
 
-Every use of the serve config's shape (``build_app``'s models, cascades and ingress) is in this file."""
+Every use of the serve config's shape (``build_app``'s models, cascades and ingress) and of the
+library's deployment code is in this file."""
 
 from peers.serve_bare import BareModel
 from ray import serve
+from ray.serve.context import _get_global_client
 
+from scaleforge.deploy import direct_ingress_urls
 from serving.app import build_app
 from serving_parts.common import MODEL_PROCESSES, THREADS
 from serving_parts.early_exit import EarlyExitServer
@@ -48,3 +51,8 @@ def deploy(paths: dict[str, str], thresholds: dict[str, float]) -> None:
         name="early-exit",
         route_prefix="/early-exit",
     )
+
+
+def direct_urls() -> dict[str, list[str]]:
+    """Each app's ingress replicas' own URLs (direct ingress), as Serve publishes them."""
+    return direct_ingress_urls(_get_global_client().get_serve_details())
