@@ -24,7 +24,6 @@ an artifact cache of its own, and a restarted shard or training run resumes from
 import itertools
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -35,42 +34,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "platform"), str(REPO)]
 
 from bars import print_bars  # noqa: E402
+from node_loss_parts.nodes import node_of, remove_later  # noqa: E402
+from node_loss_parts.serve import serve_app  # noqa: E402
 
 from scaleforge import storage  # noqa: E402
 from scaleforge.cluster.machines import Machines  # noqa: E402
 from scaleforge.config import AsyncSGDConfig, TrainJobConfig, load_config  # noqa: E402
 from scaleforge.storage.local_s3 import LocalS3  # noqa: E402
-
-
-def _node_of(class_name: str, cluster: Cluster, deadline_s: float = 120):
-    """The cluster node (a ``ray._private.node.Node``) running an alive actor of ``class_name``."""
-    deadline = time.time() + deadline_s
-    while time.time() < deadline:
-        # Straight from the GCS: the state API needs the dashboard, which may still be starting.
-        alive = ray._private.state.actors(actor_state_name="ALIVE").values()
-        by_id = {node.node_id: node for node in cluster.list_all_nodes()}
-        for actor in alive:
-            node_id = actor["Address"]["NodeID"]
-            if (
-                actor["ActorClassName"] == class_name
-                and by_id.get(node_id, cluster.head_node) is not cluster.head_node
-            ):
-                return by_id[node_id]
-        time.sleep(0.5)
-    raise TimeoutError(f"no alive {class_name} on a worker node within {deadline_s:.0f} s")
-
-
-def _remove_later(cluster: Cluster, pick_node, removed: dict) -> threading.Thread:
-    """In the background: wait for ``pick_node()``, then remove that node."""
-
-    def run():
-        node = pick_node()
-        removed["node_id"], removed["at"] = node.node_id, time.time()
-        cluster.remove_node(node, allow_graceful=False)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
 
 
 def async_sgd(cluster: Cluster, output: str) -> dict:
@@ -92,11 +62,11 @@ def async_sgd(cluster: Cluster, output: str) -> dict:
     removed: dict = {}
 
     def shard_node_after_a_while():
-        node = _node_of("ParameterShard", cluster)
+        node = node_of("ParameterShard", cluster)
         time.sleep(6)  # some checkpoints written, some updates since
         return node
 
-    _remove_later(cluster, shard_node_after_a_while, removed)
+    remove_later(cluster, shard_node_after_a_while, removed)
     result = run_async_sgd(cfg)
     shards = storage.file_sizes(storage.join(output, "out", "checkpoints"))
     return {
@@ -141,9 +111,9 @@ def train(cluster: Cluster, output: str) -> dict:
         snapshot = storage.join(output, "runs", "node-loss", "checkpoint_manager_snapshot.json")
         while not _registered_checkpoints(snapshot):
             time.sleep(0.2)
-        return _node_of("RayTrainWorker", cluster)
+        return node_of("RayTrainWorker", cluster)
 
-    _remove_later(cluster, worker_node_after_a_checkpoint, removed)
+    remove_later(cluster, worker_node_after_a_checkpoint, removed)
     result = run_training(cfg)
     return {
         "test_accuracy": result.metrics["test_accuracy"],
@@ -152,75 +122,6 @@ def train(cluster: Cluster, output: str) -> dict:
         "removed": removed.get("node_id"),
         "in_bucket": result.checkpoint_path.startswith("s3://")
         and storage.is_file(storage.join(result.checkpoint_path, "trainer_state.json")),
-    }
-
-
-def serve_app(cluster: Cluster, output: str) -> dict:
-    """A Serve app with its replicas on two nodes, under load from 4 clients; one node goes away."""
-    import httpx
-    from ray import serve
-
-    from scaleforge.cluster import free_ports
-    from scaleforge.data import load_mnist1d
-    from scaleforge.models import MLPSpec
-    from scaleforge.quickfit import fit_and_save
-    from serving.app import build_app
-
-    data = load_mnist1d(4000, 42, 0.2, "~/.cache/scaleforge")
-    artifact = fit_and_save(storage.join(output, "model"), MLPSpec(hidden=[64]), data, epochs=3)
-    spread = {"replicas": 2, "max_replicas_per_node": 1, "num_cpus": 0.5}
-    (port,) = free_ports(1)
-    serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
-    serve.run(
-        build_app({"models": [{"name": "m", "artifact": str(artifact), **spread}], "ingress": spread}),
-        name="drill",
-        route_prefix="/",
-    )
-    body = {
-        "inputs": [
-            {
-                "name": "input",
-                "shape": [16, 40],
-                "datatype": "FP32",
-                "data": data["x_test"][:16].ravel().tolist(),
-            }
-        ]
-    }
-    statuses: list[tuple[float, int]] = []
-    stop = threading.Event()
-
-    def client_loop():
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            while not stop.is_set():
-                try:
-                    code = client.post("/v2/models/m/infer", json=body).status_code
-                except httpx.HTTPError:
-                    code = 0  # no HTTP answer at all
-                statuses.append((time.time(), code))
-
-    clients = [threading.Thread(target=client_loop) for _ in range(4)]
-    for thread in clients:
-        thread.start()
-    time.sleep(3)
-    node = _node_of("ServeReplica:drill:model-m", cluster)
-    removed_at = time.time()
-    cluster.remove_node(node, allow_graceful=False)
-    time.sleep(15)
-    stop.set()
-    for thread in clients:
-        thread.join()
-    settled = removed_at + 10  # the loss detected (health checks) and routing updated
-    after = [code for at, code in statuses if at > settled]
-    failed = [(at, code) for at, code in statuses if code != 200]
-    serve.shutdown()
-    return {
-        "requests": len(statuses),
-        "failed": len(failed),
-        "failed_codes": sorted({c for _, c in failed}),
-        "failed_before_loss": sum(at < removed_at for at, _ in failed),
-        "answered_after_loss": sum(code == 200 for code in after),
-        "after_loss": len(after),
-        "removed": node.node_id,
     }
 
 
@@ -259,7 +160,8 @@ def _rows(results: dict) -> list[tuple[str, str, str, bool]]:
         (
             "Serve app, a replica's node lost under load",
             f"{served['requests']} requests, {served['failed']} failed "
-            f"{served['failed_codes']}, {served['answered_after_loss']}/{served['after_loss']} answered once settled",
+            f"{served['failed_codes']}, {served['answered_after_loss']}/{served['after_loss']} answered "
+            "once settled",
             "none before, all once settled",
             bool(served["removed"])
             and served["failed_before_loss"] == 0

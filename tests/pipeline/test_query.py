@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from scaleforge.pipeline.query import ATTEMPTS, concat_rows, post_idempotent
+from scaleforge.pipeline.load import ATTEMPTS, post_idempotent
+from scaleforge.pipeline.query import concat_rows
 from scaleforge.routing import choose_experts
 
 

@@ -1,7 +1,8 @@
 """The plain-server peer of bench/serving.py: one model behind FastAPI under uvicorn, no Ray.
 
     PLAIN_ARTIFACT=<artifact folder> [PLAIN_MODEL=<name>] \\
-        .venv/bin/python -m uvicorn plain_server:app --app-dir bench --workers 2 --host 127.0.0.1 --port 8001
+        .venv/bin/python -m uvicorn plain_server:app --app-dir bench/peers --workers 2 \\
+        --host 127.0.0.1 --port 8001
 
 What a user writes first for one machine: each worker process loads the artifact with the same loader
 as Serve (``load_servable``) and runs it on one torch thread, parses the same V2 JSON request
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "platform"), str(REPO)]
 
 from fastapi import FastAPI, Request  # noqa: E402

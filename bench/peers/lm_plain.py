@@ -1,14 +1,16 @@
 """The plain-PyTorch peers of ``bench/lm.py``: the same language model on the same bytes, no Ray.
 
-    python bench/lm_plain.py single --config configs/train_lm_small.yaml --seconds 540 --out single.json
-    torchrun --standalone --nproc-per-node 2 bench/lm_plain.py ddp --config ... --steps 300 --out ddp.json
+    python bench/peers/lm_plain.py single --config configs/train_lm_small.yaml --seconds 540 --out single.json
+    torchrun --standalone --nproc-per-node 2 bench/peers/lm_plain.py ddp --config ... --steps 300 \
+        --out ddp.json
 
 ``single`` trains one process (every core's threads) and scores the validation windows within a
 wall-clock budget (start-up and scoring included), its warm-up and cosine decay laid over the
 training time that leaves rather than over a step count it cannot know in advance. ``ddp`` is data
 parallelism the torchrun way: ``init_process_group`` from torchrun's environment (gloo),
-``DistributedDataParallel``, a ``DistributedSampler`` per rank, one thread per process; it times every step and reports steady-state tokens/s. Model, tokens,
-batch per rank, AdamW groups and gradient clipping are the config's, as the Ray Train job uses them.
+``DistributedDataParallel``, a ``DistributedSampler`` per rank, one thread per process; it times every
+step and reports steady-state tokens/s. Model, tokens, batch per rank, AdamW groups and gradient
+clipping are the config's, as the Ray Train job uses them.
 """
 
 import argparse
@@ -25,7 +27,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, TensorDataset
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "platform")]
 
 from scaleforge.config import TrainJobConfig, load_config  # noqa: E402

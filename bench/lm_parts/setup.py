@@ -1,0 +1,54 @@
+"""What the parts of bench/lm.py share: the config, the sizes of the runs, the layouts and where the
+tables go."""
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "configs" / "train_lm_small.yaml"
+OUT = sys.stdout
+"""The tables and bars; the jobs' own progress goes to stderr (``make bench`` keeps stdout)."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Optimiser steps of the throughput runs (DDP's, Ray Train's) and of each layout's run, and how
+    many of the first are start-up rather than steady state; rounds of the throughput comparison;
+    ``cut``: overrides that slice the bytes (``--quick``).
+
+    DDP's tokens/s is flat after 50 steps; Ray Train's after its first ~100 (its progress lines, every
+    100 steps, on 1-6 MB slices of the corpus), so its steady window is steps 300 to 1,000."""
+
+    steps: int = 300
+    warmup: int = 50
+    ray_steps: int = 1000
+    ray_warmup: int = 300
+    layout_steps: int = 60
+    layout_warmup: int = 10
+    repeats: int = 3
+    cut: tuple[str, ...] = ()
+
+
+QUICK = Sizes(40, 10, 40, 10, 12, 4, 1, ("data.max_train_bytes=400000", "data.max_validation_bytes=100000"))
+MOE = (
+    "model.moe.num_experts=4",
+    "model.moe.expert_hidden=256",
+    "model.moe.top_k=1",
+    "model.moe.capacity_factor=2.0",
+)
+LAYOUTS = {  # name: (workers, overrides)
+    "dp=2": (2, ()),
+    "fsdp=2": (2, ("parallel.fsdp=2",)),
+    "tp=2": (2, ("parallel.tp=2",)),
+    "pp=2 gpipe": (2, ("parallel.pp=2", "parallel.pp_schedule=gpipe")),
+    "pp=2 1f1b": (2, ("parallel.pp=2", "parallel.pp_schedule=1f1b")),
+    "ep=2 (MoE, 4 experts)": (2, ("parallel.ep=2", *MOE)),
+    "dp=2 x tp=2": (4, ("parallel.tp=2",)),
+    "fsdp=2 x tp=2": (4, ("parallel.fsdp=2", "parallel.tp=2")),
+    "dp=2 x pp=2": (4, ("parallel.pp=2",)),
+}
+
+
+def mib(values, decimals: int = 0) -> str:
+    return "/".join(f"{v:.{decimals}f}" for v in values)

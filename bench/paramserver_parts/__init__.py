@@ -1,0 +1,1 @@
+"""The parts of bench/paramserver.py, a to e, and what they share."""

@@ -1,0 +1,213 @@
+"""a. Push and pull throughput: ours (2 ``AsyncWorker`` actors on 2 ``ParameterShard`` actors) against
+the documentation's server and driver loop, the forward and backward pass skipped on both sides.
+
+Every construction of our actors (``ParameterShard``, ``AsyncWorker``) by the benchmark is in
+:func:`our_throughput`; :func:`_timed_run` runs inside an ``AsyncWorker``."""
+
+import statistics
+import time
+import uuid
+
+import numpy as np
+import ray
+import torch
+from peers.docs_paramserver import DataWorker, ParameterServer, set_random_grads
+
+from paramserver_parts.common import WARMUP_SECONDS
+from scaleforge.config.models import MLPSpec
+from scaleforge.models import MODEL_SPEC, build_model
+from scaleforge.paramserver.layout import ParamLayout
+from scaleforge.paramserver.shard import ParameterShard
+from scaleforge.paramserver.worker import AsyncWorker
+
+
+def mlp(total: int) -> tuple[dict, int]:
+    """An MLP spec of 4 equal Linear layers (width in, width out) with about ``total`` parameters."""
+    width = int((total / 4) ** 0.5)
+    return MLPSpec(hidden=[width] * 3).model_dump(mode="json"), width
+
+
+def docs_throughput(model: dict, width: int, seconds: float, numpy_weights: bool = False) -> float:
+    """Updates/s of the documentation's asynchronous driver loop, 2 workers."""
+    ps = ParameterServer.options(num_cpus=0.01).remote(
+        model, width, width, 0, "sgd", 0.01, numpy_weights=numpy_weights
+    )
+    x, y = np.zeros((64, width), np.float32), np.zeros(64, np.int64)
+    workers = [
+        DataWorker.options(num_cpus=1).remote(i, model, width, width, x, y, 64, i, precomputed=True)
+        for i in range(2)
+    ]
+    try:
+        ray.get([w.ready.remote() for w in workers])
+        current_weights = ps.get_weights.remote()
+        ray.get(current_weights)
+        gradients = {w.compute_gradients.remote(current_weights): w for w in workers}
+
+        def loop(until: float) -> int:
+            nonlocal current_weights
+            updates = 0
+            while time.perf_counter() < until:
+                ready, _ = ray.wait(list(gradients))
+                worker = gradients.pop(ready[0])
+                current_weights = ps.apply_gradients.remote(*[ready[0]])
+                gradients[worker.compute_gradients.remote(current_weights)] = worker
+                updates += 1
+            return updates
+
+        loop(time.perf_counter() + WARMUP_SECONDS)
+        start = time.perf_counter()
+        updates = loop(start + seconds)
+        ray.get(current_weights)  # the last update counted has been applied
+        return updates / (time.perf_counter() - start)
+    finally:
+        for actor in [ps, *workers]:
+            ray.kill(actor)
+
+
+def _timed_run(worker, seconds: float, warmup: float) -> tuple[int, float]:
+    """Runs inside an ``AsyncWorker`` (``__ray_call__``): its own ``run`` one step at a time, with
+    the forward and backward pass replaced by the precomputed ``.grad`` tensors. Returns (steps, s)."""
+    set_random_grads(worker.model, worker.index)
+
+    calls = []
+
+    def precomputed_gradient(model, layout, x, y, out=None):
+        calls.append(1)
+        return layout.flatten(model, grads=True, out=out), 0.0  # the real gradient() after backward()
+
+    # Ray ships the actor class by value: its ``run`` looks ``gradient`` up in globals of its own.
+    run_globals = type(worker).__ray_actor_class__.run.__globals__
+    assert "gradient" in run_globals, "AsyncWorker.run no longer calls gradient(): update this benchmark"
+    run_globals["gradient"] = precomputed_gradient
+    clock, until = 0, time.perf_counter() + warmup
+    while time.perf_counter() < until:
+        worker.run(1, first_clock=clock)
+        clock += 1
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        worker.run(1, first_clock=clock)
+        clock += 1
+        steps += 1
+    elapsed = time.perf_counter() - start
+    assert len(calls) == clock, "AsyncWorker.run did not call the replaced gradient"
+    return steps, elapsed
+
+
+def our_throughput(model: dict, width: int, seconds: float) -> float:
+    """Updates/s of 2 ``AsyncWorker`` actors (pull, load, write gradient, push) on 2 shards."""
+    torch.manual_seed(0)
+    layout = ParamLayout.of(build_model(MODEL_SPEC.validate_python(model), width, width))
+    ranges = layout.shard_ranges(2)
+    token = uuid.uuid4().hex[:12]
+    shards = [
+        ParameterShard.options(num_cpus=0.01, max_concurrency=64).remote(
+            i,
+            np.zeros(b - a, np.float32),
+            optimizer="sgd",
+            lr=0.01,
+            momentum=0.0,
+            mode="async",
+            num_workers=2,
+            staleness_bound=0,
+            staleness_aware_lr=False,
+            run_token=token,
+        )
+        for i, (a, b) in enumerate(ranges)
+    ]
+    x, y = np.zeros((64, width), np.float32), np.zeros(64, np.int64)
+    workers = [
+        AsyncWorker.options(num_cpus=1).remote(
+            i, model, width, width, x, y, 64, i, shards, ranges, run_token=token
+        )
+        for i in range(2)
+    ]
+    try:
+        ray.get([w.ready.remote() for w in workers])
+        runs = ray.get([w.__ray_call__.remote(_timed_run, seconds, WARMUP_SECONDS) for w in workers])
+        return sum(steps / elapsed for steps, elapsed in runs)
+    finally:
+        ray.get([actor.close.remote() for actor in [*workers, *shards]])
+        for actor in [*shards, *workers]:
+            ray.kill(actor)
+
+
+def memcpy_gbps() -> float:
+    source, target = np.ones(64 << 20, dtype=np.float32), np.empty(64 << 20, dtype=np.float32)
+    best = min(_timed(lambda: np.copyto(target, source)) for _ in range(5))
+    return source.nbytes / best / 1e9
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def push_pull_table(seconds: float, sizes: tuple[int, ...], header: bool = True) -> dict[int, dict]:
+    bandwidth = memcpy_gbps()
+    if header:
+        print(
+            f"a. Push + pull throughput, 2 workers, {seconds:g} s each side; memcpy bandwidth here "
+            f"{bandwidth:.1f} GB/s."
+            "\n   docs: the documentation's server as written (weights returned as torch tensors); "
+            "docs-np: the same"
+            "\n   with the weights returned as numpy arrays (a faster variant, for reference). GB/s = "
+            "updates/s x"
+            "\n   parameters x 4 bytes x 2 (gradient in, parameters out)"
+        )
+        print(
+            f"   {'params':>10s} {'docs upd/s':>11s} {'docs-np':>8s} {'ours upd/s':>11s} {'ratio':>6s} "
+            f"{'vs np':>6s} "
+            f"{'docs GB/s':>10s} {'ours GB/s':>10s} {'of memcpy':>10s}"
+        )
+    results = {}
+    for total in sizes:
+        model, width = mlp(total)
+        params = 4 * (width * width + width)
+        docs = docs_throughput(model, width, seconds)
+        docs_np = docs_throughput(model, width, seconds, numpy_weights=True)
+        ours = our_throughput(model, width, seconds)
+        moved = {side: rate * params * 4 * 2 / 1e9 for side, rate in (("docs", docs), ("ours", ours))}
+        results[total] = {
+            "params": params,
+            "docs": docs,
+            "docs_np": docs_np,
+            "ours": ours,
+            "ours_gbps": moved["ours"],
+            "share": moved["ours"] / bandwidth,
+            "bandwidth": bandwidth,
+        }
+        print(
+            f"   {params:10,d} {docs:11.1f} {docs_np:8.1f} {ours:11.1f} {ours / docs:5.2f}x "
+            f"{ours / docs_np:5.2f}x "
+            f"{moved['docs']:10.2f} {moved['ours']:10.2f} {moved['ours'] / bandwidth:9.0%}",
+            flush=True,
+        )
+    return results
+
+
+def throughput(args) -> list:
+    """The table at every size once, then more runs at 10M; the bar holds in every run."""
+    results = push_pull_table(args.seconds, tuple(int(s) for s in args.sizes.split(",")))
+    if 10_000_000 not in results:
+        return []
+    first = results[10_000_000]
+    runs = [first] + [
+        push_pull_table(args.seconds, (10_000_000,), header=False)[10_000_000] for _ in range(args.runs - 1)
+    ]
+    ratios = [r["ours"] / r["docs"] for r in runs]
+    label = f"a. push + pull, {first['params'] / 1e6:.0f}M params, 2 workers"
+    return [
+        (
+            f"{label}: ours / docs, {len(runs)} runs",
+            f"{min(ratios):.2f}x-{max(ratios):.2f}x (median {statistics.median(ratios):.2f}x)",
+            ">= 2.5x in every run",
+            min(ratios) >= 2.5,
+        ),
+        (
+            f"{label}: bytes moved, of memcpy",
+            f"{first['ours_gbps']:.2f} GB/s = {first['share']:.1%} of {first['bandwidth']:.1f} GB/s",
+            ">= 25%",
+            first["share"] >= 0.25,
+        ),
+    ]
