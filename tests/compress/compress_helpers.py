@@ -1,4 +1,5 @@
-"""Small teachers trained in-process (seconds), shared by the compression tests: a classifier and a language model."""
+"""Small teachers trained in-process (seconds), shared by the compression tests: a classifier and a
+language model."""
 
 from pathlib import Path
 
@@ -7,7 +8,7 @@ import torch
 
 from scaleforge.artifacts import save_artifact
 from scaleforge.compress.finetune import accuracy, finetune
-from scaleforge.config.compress import FinetuneSpec
+from scaleforge.compress.steps import FinetuneSpec
 from scaleforge.config.data import TextDataSpec
 from scaleforge.config.models import TransformerLMSpec
 from scaleforge.data import DataSpec, load_arrays
@@ -62,7 +63,8 @@ TINY_LM = TransformerLMSpec(context=64, d_model=64, num_heads=4, num_layers=2, f
 
 
 def train_tiny_lm_teacher(folder: Path, epochs: int = 2) -> Path:
-    """A transformer_lm fitted in this process (seconds) on TINY_TEXT, exported as a training run exports one."""
+    """A transformer_lm fitted in this process (seconds) on TINY_TEXT, exported as a training run
+    exports one."""
     torch.manual_seed(0)
     data = load_in_memory(TextDataSpec(**TINY_TEXT))
     model = build_model(TINY_LM, data.info.input_dim, data.info.num_classes)

@@ -15,7 +15,7 @@ from torch import nn
 from jobs.compress import main
 from scaleforge.artifacts import load_artifact, load_model, read_manifest, save_artifact
 from scaleforge.compress.steps import ModelState, apply_step
-from scaleforge.config.compress import QuantizeStep
+from scaleforge.compress.steps.quantize import QuantizeStep
 from scaleforge.config.data import TextDataSpec
 from scaleforge.data.in_memory import load_in_memory
 from scaleforge.distributed.strategy import Batch
@@ -135,7 +135,8 @@ NOT_FOR_AN_LM = "does not apply to the language model 'transformer_lm'; its reci
         ({"recipe": [{"step": "low_rank", "rank": 8}]}, f"recipe[0] (low_rank): {NOT_FOR_AN_LM}"),
         (
             {"recipe": [{"step": "quantize", "scheme": "int8_static"}]},
-            "recipe[0] (quantize): int8_static supports mlp and cnn1d models; use int8_dynamic for 'transformer_lm'",
+            "recipe[0] (quantize): int8_static supports mlp and cnn1d models; "
+            "use int8_dynamic for 'transformer_lm'",
         ),
         (
             {"recipe": [{"step": "distill", "student": STUDENT}, {"step": "prune", "sparsity": 0.5}]},
@@ -211,7 +212,8 @@ def test_lm_distilled_and_quantized_through_the_job_scores_as_reported(
     assert (out / "bits_per_byte_vs_size_latency.png").read_bytes()[:4] == b"\x89PNG"
 
     # The student: a transformer_lm 4x smaller than the teacher, trained on the teacher's distributions,
-    # whose artifact records the bits per byte the job's Ray Train run measured and the report's own scoring agrees.
+    # whose artifact records the bits per byte the job's Ray Train run measured and the report's own
+    # scoring agrees.
     assert [row["step"] for row in report["recipe"]] == ["distill", "quantize", "export"]
     assert student["vs_teacher"]["fewer_parameters"] >= 4
     manifest = read_manifest(student["artifact"])

@@ -13,8 +13,10 @@ from scaleforge.artifacts import load_artifact, load_model, save_artifact
 from scaleforge.compress.finetune import accuracy
 from scaleforge.compress.measure import latency_table
 from scaleforge.compress.quantize import float_weight_bytes, quantized_weight_bytes
-from scaleforge.compress.steps import ModelState, apply_step
-from scaleforge.config.compress import FinetuneSpec, LowRankStep, PruneStep, QuantizeStep
+from scaleforge.compress.steps import FinetuneSpec, ModelState, apply_step
+from scaleforge.compress.steps.low_rank import LowRankStep
+from scaleforge.compress.steps.prune import PruneStep
+from scaleforge.compress.steps.quantize import QuantizeStep
 from scaleforge.data import DataSpec, load_arrays
 from scaleforge.models import build_model
 from scaleforge.models.surgery import layer_shapes
@@ -170,7 +172,7 @@ def test_onnx_export_matches_the_torch_model(teacher, arrays, tmp_path):
     import numpy as np
     import onnxruntime
 
-    from scaleforge.compress.run import export_onnx
+    from scaleforge.compress.onnx import export_onnx
 
     factorized, _ = apply_step(
         LowRankStep(step="low_rank", rank=16, finetune=FinetuneSpec(epochs=0)), teacher, arrays

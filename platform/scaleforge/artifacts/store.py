@@ -29,8 +29,9 @@ from scaleforge import storage
 from scaleforge.artifacts.cache import cached_weights
 from scaleforge.artifacts.layout import FORMAT, MANIFEST, WEIGHTS, ArtifactError, verify
 from scaleforge.artifacts.tensors import decode_state, encode_state
+from scaleforge.compress.steps import replay_edits
 from scaleforge.models import MODEL_SPEC, build_model
-from scaleforge.models.surgery import apply_edits, count_weights
+from scaleforge.models.surgery import count_weights
 from scaleforge.storage import Location, is_uri, sha256_file
 
 
@@ -69,7 +70,7 @@ def save_artifact(
         dataset: Where the training data came from, with its ``fingerprint``.
         extra: Further JSON-serialisable fields for later stages.
         architecture: Edits that turned ``spec``'s model into ``model`` (pruned shapes, low-rank
-            factors, quantization; see ``scaleforge.models.surgery``), replayed by the loader.
+            factors, quantization; see ``scaleforge.compress.steps``), replayed by the loader.
 
     Returns:
         The artifact folder (absolute), or the URI as given.
@@ -155,7 +156,7 @@ def load_artifact(path: Location) -> Artifact:
         verify(weights, manifest["weights"]["sha256"], str(weights))
     spec = MODEL_SPEC.validate_python(manifest["model"])
     model = build_model(spec, manifest["input_dim"], manifest["num_classes"])
-    model = apply_edits(model, manifest.get("architecture", []), manifest["input_dim"])
+    model = replay_edits(model, manifest.get("architecture", []), manifest["input_dim"])
     state = OrderedDict(decode_state(load_file(weights), manifest.get("state_layout", {})))
     # Quantized modules read their format version from the state dict's metadata (the rebuilt
     # module tree has the same versions as the one that was saved).

@@ -12,7 +12,8 @@ import torch
 from ray.data import TaskPoolStrategy
 
 from scaleforge import storage
-from scaleforge.config.compress import CompressJobConfig, DistillStep
+from scaleforge.compress.steps.distill import DistillStep
+from scaleforge.config.compress import CompressJobConfig
 from scaleforge.config.schema import ArtifactSpec, TrainJobConfig
 from scaleforge.data.ray_datasets import TrainingData, build_ray_datasets
 from scaleforge.train import run_training

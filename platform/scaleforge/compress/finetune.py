@@ -4,7 +4,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from scaleforge.config.compress import FinetuneSpec
+from scaleforge.compress.steps import FinetuneSpec
 from scaleforge.quickfit import accuracy, fit
 
 __all__ = ["accuracy", "finetune"]

@@ -1,24 +1,22 @@
 """Pre-flight of the compression job: the teacher loads and the recipe fits it, before Ray starts.
 
 The recipe is walked on a skeleton of the teacher as each step changes it, so a later step is
-checked against the student or the pruned shapes it will really see. A language model
-(``transformer_lm``) may be distilled, quantized (``int8_dynamic``, ``fp16``, ``bf16``) and exported;
-pruning and factorization, which fine-tune a classifier in memory, are refused for it.
+checked against the student or the pruned shapes it will really see. Each step checks itself
+(``CompressionStep.check``); the walk applies the two rules that hold for every step: a language
+model (``transformer_lm``) takes only the steps with a ``language_model_use`` (distill, quantize
+with ``int8_dynamic``, ``fp16`` or ``bf16``, export; pruning and factorization fine-tune a
+classifier in memory), and a frozen (quantized) model only steps that do not change it.
 """
 
-import copy
 from pathlib import Path
-from typing import Optional
 
 from torch import nn
 
 from scaleforge.artifacts import ArtifactError, load_artifact
-from scaleforge.compress.prune import prune_structured
+from scaleforge.compress.steps import STEPS, CompressionStep, Skeleton, step_for_edit
 from scaleforge.config.compress import CompressJobConfig
 from scaleforge.config.loader import ConfigError
 from scaleforge.data.preflight import check_data, check_files
-from scaleforge.models import build_model
-from scaleforge.models.surgery import default_layers, prunable_layers
 from scaleforge.storage import StorageError, check_fields, is_uri
 
 LANGUAGE_MODELS = ("transformer_lm",)
@@ -50,7 +48,7 @@ def check_runnable(cfg: CompressJobConfig) -> None:
             check_recipe([step], teacher.model, teacher.manifest, f"sweeps[{index}] ({sweep.name})")
 
 
-def check_recipe(steps: list, model: nn.Module, manifest: dict, where: str) -> None:
+def check_recipe(steps: list[CompressionStep], model: nn.Module, manifest: dict, where: str) -> None:
     """Walk ``steps`` on a skeleton of ``model`` as each step changes it.
 
     Args:
@@ -62,62 +60,27 @@ def check_recipe(steps: list, model: nn.Module, manifest: dict, where: str) -> N
     Raises:
         ConfigError: naming the step and the problem, if a step cannot run on the model it will see.
     """
-    schemes = [edit["scheme"] for edit in manifest.get("architecture") or [] if edit["op"] == "quantize"]
-    skeleton, spec, quantized, int8 = (
-        model,
-        manifest["model"],
-        bool(schemes),
-        any(s.startswith("int8") for s in schemes),
-    )
+    skeleton = Skeleton(model, manifest["model"], manifest["input_dim"], manifest["num_classes"])
+    for edit in manifest.get("architecture") or []:
+        step_for_edit(edit["op"]).note(skeleton, edit)
     for index, step in enumerate(steps):
         label = f"{where}[{index}] ({step.step})"
-        if spec["name"] in LANGUAGE_MODELS and step.step in ("prune", "low_rank"):
+        skeleton.last = index == len(steps) - 1
+        spec = skeleton.spec
+        if spec["name"] in LANGUAGE_MODELS and step.language_model_use is None:
+            uses = [cls.language_model_use for cls in STEPS.values() if cls.language_model_use]
             raise ConfigError(
                 f"{label}: does not apply to the language model {spec['name']!r}; its recipe may "
-                "distill, quantize (int8_dynamic, fp16, bf16) and export"
+                f"{', '.join(uses[:-1])} and {uses[-1]}"
             )
-        if quantized and step.step != "export":
-            raise ConfigError(f"{label}: the model is already quantized; only export can follow quantize")
-        if step.step == "distill":
-            try:
-                skeleton = build_model(step.student, manifest["input_dim"], manifest["num_classes"])
-            except ValueError as err:  # an architecture that does not fit the teacher's inputs
-                raise ConfigError(f"{label}: student: {err}") from None
-            spec = step.student.model_dump()
-        elif step.step == "prune":
-            _check_layers(label, skeleton, step.layers, (nn.Linear, nn.Conv1d))
-            if step.method == "structured":
-                skeleton = prune_structured(
-                    copy.deepcopy(skeleton), step.sparsity, step.layers, manifest["input_dim"]
-                )
-        elif step.step == "low_rank":
-            _check_layers(label, skeleton, step.layers, (nn.Linear,))
-            for name in step.layers or default_layers(skeleton, (nn.Linear,)):
-                layer = skeleton.get_submodule(name)
-                if step.rank is not None and step.rank > min(layer.in_features, layer.out_features):
-                    raise ConfigError(
-                        f"{label}: rank {step.rank} is larger than layer {name!r} allows "
-                        f"({layer.out_features} x {layer.in_features}: at most "
-                        f"{min(layer.in_features, layer.out_features)})"
-                    )
-        elif step.step == "quantize":
-            quantized, int8 = True, step.scheme.startswith("int8")
-            if step.scheme == "int8_static" and spec["name"] not in ("mlp", "cnn1d"):
-                raise ConfigError(
-                    f"{label}: int8_static supports mlp and cnn1d models; use int8_dynamic for "
-                    f"{spec['name']!r}"
-                )
-        elif step.step == "export":
-            if index != len(steps) - 1:
-                raise ConfigError(f"{label}: export must be the last step")
-            if step.onnx and int8:
-                raise ConfigError(
-                    f"{label}: onnx export takes fp32 or half-precision models, not eager int8 modules"
-                )
+        if skeleton.frozen and step.changes_model:
+            raise ConfigError(f"{label}: {skeleton.frozen}")
+        step.check(skeleton, label)
 
 
 def _check_data_fits(cfg: CompressJobConfig, teacher: dict) -> None:
-    """A language model's teacher comes with its text (windows within its context), a classifier with arrays."""
+    """A language model's teacher comes with its text (windows within its context), a classifier with
+    arrays."""
     name, language_model = teacher["name"], teacher["name"] in LANGUAGE_MODELS
     if language_model != (cfg.data.kind == "text"):
         raise ConfigError(
@@ -129,10 +92,3 @@ def _check_data_fits(cfg: CompressJobConfig, teacher: dict) -> None:
         raise ConfigError(
             f"data.seq_len ({cfg.data.seq_len}) is above the teacher's context ({teacher['context']})"
         )
-
-
-def _check_layers(label: str, model: nn.Module, names: Optional[list[str]], kinds: tuple) -> None:
-    available = [name for name, layer in prunable_layers(model).items() if isinstance(layer, kinds)]
-    for name in names or []:
-        if name not in available:
-            raise ConfigError(f"{label}: unknown layer {name!r}; layers: {', '.join(available)}")

@@ -7,32 +7,24 @@ bytes on disk and CPU latency with the same thread count. Ratios against the tea
 the same run, so the noise of a shared machine cancels as far as it can.
 """
 
-import logging
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Union
 
-import ray
 import torch
-from pydantic import TypeAdapter
 
 from scaleforge import storage
 from scaleforge.artifacts import load_artifact, load_model, read_manifest, save_artifact
-from scaleforge.compress.distill import distill
-from scaleforge.compress.measure import StepRecord, example_input, folder_bytes, latency_table
+from scaleforge.compress.measure import StepRecord, folder_bytes, latency_table
+from scaleforge.compress.recipe import run_recipe, tokenizer_entry
 from scaleforge.compress.report import slim_sentence, write_report
-from scaleforge.compress.steps import ModelState, apply_step
-from scaleforge.config.compress import CompressJobConfig, Step
-from scaleforge.config.data import TrainDataSpec
-from scaleforge.data import localized
+from scaleforge.compress.steps import StepArtifact
+from scaleforge.compress.sweeps import gather_sweeps, launch_sweeps
+from scaleforge.config.compress import CompressJobConfig
 from scaleforge.data.in_memory import InMemoryData, load_in_memory
 from scaleforge.models import MODEL_SPEC
 from scaleforge.runtime import ensure_ray
-
-_STEP, _DATA = TypeAdapter(Step), TypeAdapter(TrainDataSpec)
-_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -69,114 +61,25 @@ def run_compression(cfg: CompressJobConfig) -> CompressionResult:
             f"(fingerprint {teacher.manifest['dataset']['fingerprint'][:19]}...)"
         )
     ensure_ray(min_cpus=cfg.scaling.num_workers * cfg.scaling.resources_per_worker.get("CPU", 1) + 2)
-    chain = _run_recipe(cfg, teacher, data, storage.join(out, "steps"))
+    chain = run_recipe(cfg.recipe, cfg, teacher, data, storage.join(out, "steps"))
     # After the recipe: Ray Train's workers for distillation would otherwise queue behind sweep tasks.
-    sweeps = _gather_sweeps(_launch_sweeps(cfg, teacher_path, storage.join(out, "sweeps")))
+    sweeps = gather_sweeps(launch_sweeps(cfg, teacher_path, storage.join(out, "sweeps")))
 
-    entries = [("teacher", "teacher", teacher_path, {}), *chain]
+    entries = [StepArtifact("teacher", "teacher", teacher_path), *chain]
     entries += [point for points in sweeps.values() for point in points]
     records = _measure(entries, data, cfg)
     measured = {"teacher": records[0], "recipe": records[1 : len(chain) + 1], "sweeps": {}}
     remaining = iter(records[len(chain) + 1 :])
     for name, points in sweeps.items():
         measured["sweeps"][name] = [next(remaining) for _ in points]
-    final = _save_slim_model(storage.join(out, "model"), chain[-1][2])
+    final = _save_slim_model(storage.join(out, "model"), chain[-1].artifact)
     report = write_report(out, measured, cfg, wall_s=time.perf_counter() - started)
     return CompressionResult(final, report, out, time.perf_counter() - started)
 
 
-def _run_recipe(
-    cfg: CompressJobConfig, teacher, data: InMemoryData, folder: str
-) -> list[tuple[str, str, str, dict]]:
-    """Each recipe step starts from the previous step's model; every step's output is an artifact."""
-    state = ModelState(
-        teacher.model,
-        MODEL_SPEC.validate_python(teacher.manifest["model"]),
-        list(teacher.manifest.get("architecture", [])),
-    )
-    current, chain = teacher.path, []
-    for index, step in enumerate(cfg.recipe):
-        name = f"{index:02d}-{step.step}"
-        target = storage.join(folder, name)
-        _log.warning(f"[compress] step {index + 1}/{len(cfg.recipe)}: {step.step}")
-        if step.step == "distill":
-            trained = distill(step, current, cfg, target)
-            student = load_artifact(trained["student"])
-            state = ModelState(student.model, step.student, [])
-            if trained["hard_labels"]:
-                chain.append(
-                    (
-                        f"{index:02d}-distill-hard-labels",
-                        "distill_baseline",
-                        trained["hard_labels"],
-                        {"temperature": step.temperature, "alpha": 0.0},
-                    )
-                )
-            chain.append(
-                (name, "distill", trained["student"], {"temperature": step.temperature, "alpha": step.alpha})
-            )
-            current = trained["student"]
-            continue
-        if step.step == "export":
-            current = _save(target, state, teacher.manifest, data, {"step": "export"})
-            if step.onnx:
-                export_onnx(state.model, storage.join(target, "model.onnx"), data.info.input_dim, data.vocab)
-            chain.append((name, "export", current, {"onnx": step.onnx}))
-            continue
-        state, details = apply_step(step, state, data)
-        current = _save(
-            target, state, teacher.manifest, data, {"step": step.model_dump(mode="json"), **details}
-        )
-        chain.append((name, step.step, current, details))
-    return chain
-
-
-@ray.remote(num_cpus=1)
-def _sweep_point(step_json: dict, teacher_path: str, data_json: dict, target: str) -> dict:
-    """One sweep setting, in its own Ray task: the step applied to the teacher, saved as an artifact."""
-    torch.set_num_threads(1)
-    step, teacher = _STEP.validate_python(step_json), load_artifact(teacher_path)
-    data = load_in_memory(_DATA.validate_python(data_json))
-    state = ModelState(
-        teacher.model,
-        MODEL_SPEC.validate_python(teacher.manifest["model"]),
-        list(teacher.manifest.get("architecture", [])),
-    )
-    state, details = apply_step(step, state, data)
-    _save(target, state, teacher.manifest, data, {"step": step_json, **details})
-    return details
-
-
-def _launch_sweeps(cfg: CompressJobConfig, teacher: str, folder: str) -> dict[str, list]:
-    tasks = {}
-    for sweep in cfg.sweeps:
-        tasks[sweep.name] = []
-        for value, step in zip(sweep.values, sweep.steps()):
-            target = storage.join(folder, f"{sweep.name}-{value}")
-            ref = _sweep_point.remote(
-                step.model_dump(mode="json"), teacher, localized(cfg.data).model_dump(mode="json"), target
-            )
-            tasks[sweep.name].append((f"{sweep.name} {sweep.param}={value}", step.step, target, ref))
-    return tasks
-
-
-def _gather_sweeps(tasks: dict[str, list]) -> dict[str, list]:
-    total = sum(len(points) for points in tasks.values())
-    done, results = 0, {}
-    for name, points in tasks.items():
-        results[name] = []
-        for label, step, target, ref in points:
-            results[name].append((label, step, target, ray.get(ref)))
-            done += 1
-            _log.warning(f"[compress] sweep point {done}/{total} done: {label}")
-    return results
-
-
-def _measure(
-    entries: list[tuple[str, str, str, dict]], data: InMemoryData, cfg: CompressJobConfig
-) -> list[StepRecord]:
+def _measure(entries: list[StepArtifact], data: InMemoryData, cfg: CompressJobConfig) -> list[StepRecord]:
     """Every model loaded through the serving loader, then timed side by side (round-robin)."""
-    models = {name: load_model(path) for name, _, path, _ in entries}
+    models = {entry.name: load_model(entry.artifact) for entry in entries}
     latency = latency_table(
         models,
         data.info.input_dim,
@@ -187,39 +90,18 @@ def _measure(
     )
     return [
         StepRecord(
-            name=name,
-            step=step,
-            artifact=str(path),
-            parameters=read_manifest(path)["parameters"],
-            bytes=folder_bytes(path),
+            name=entry.name,
+            step=entry.step,
+            artifact=str(entry.artifact),
+            parameters=read_manifest(entry.artifact)["parameters"],
+            bytes=folder_bytes(entry.artifact),
             metric=data.metric,
-            score=data.score(models[name]),
-            latency_ms=latency[name],
-            details=details,
+            score=data.score(models[entry.name]),
+            latency_ms=latency[entry.name],
+            details=entry.details,
         )
-        for name, step, path, details in entries
+        for entry in entries
     ]
-
-
-def _save(
-    target: str, state: ModelState, teacher_manifest: dict, data: InMemoryData, compression: dict
-) -> Path:
-    return save_artifact(
-        target,
-        state.model,
-        state.spec,
-        input_dim=data.info.input_dim,
-        num_classes=data.info.num_classes,
-        metrics=data.metrics(state.model),
-        dataset=teacher_manifest.get("dataset"),
-        architecture=state.edits or None,
-        extra={"compression": compression, **_tokenizer(teacher_manifest)},
-    )
-
-
-def _tokenizer(manifest: dict) -> dict:
-    """A language model's tokenizer entry, carried from artifact to artifact as the trainer writes it."""
-    return {"tokenizer": manifest["tokenizer"]} if "tokenizer" in manifest else {}
 
 
 def _save_slim_model(target: str, source: str):
@@ -235,22 +117,9 @@ def _save_slim_model(target: str, source: str):
         metrics=manifest["metrics"],
         dataset=manifest["dataset"],
         architecture=manifest.get("architecture"),
-        extra={"compression": manifest.get("compression", {}), "source": str(source), **_tokenizer(manifest)},
+        extra={
+            "compression": manifest.get("compression", {}),
+            "source": str(source),
+            **tokenizer_entry(manifest),
+        },
     )
-
-
-def export_onnx(model: torch.nn.Module, path: str, input_dim: int, vocab: Optional[int] = None) -> None:
-    """``model`` as ONNX (dynamic batch) for edge runtimes such as onnxruntime, at a path or a URI;
-    with ``vocab``, a language model taking windows of ``input_dim`` token ids."""
-    with tempfile.TemporaryDirectory(prefix="scaleforge-onnx-") as staging:
-        local = Path(staging) / "model.onnx"
-        torch.onnx.export(
-            model.eval(),
-            (example_input(1, input_dim, vocab),),
-            str(local),
-            input_names=["x"],
-            output_names=["logits"],
-            dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
-            dynamo=False,
-        )
-        storage.upload(local, path)

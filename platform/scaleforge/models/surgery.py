@@ -3,8 +3,9 @@
 A compressed model is its registry spec plus an ordered list of edits (JSON): ``shapes``
 (structured pruning rebuilt some layers narrower), ``factorize`` (a Linear became two thin
 ones) and ``quantize`` (int8 or half-precision modules). Compression builds its models with
-these same functions, so the loader reproduces the exact module tree and the saved state loads
-into it without pickle.
+these same functions, and each step's ``replay`` (``scaleforge.compress.steps``) calls them
+again on load, so the loader reproduces the exact module tree and the saved state loads into it
+without pickle.
 """
 
 import warnings
@@ -131,23 +132,6 @@ class HalfPrecision(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.module(x.to(self.dtype) if x.is_floating_point() else x).float()
-
-
-def apply_edits(model: nn.Module, edits: list[Edit], input_dim: int) -> nn.Module:
-    """Replay the manifest's edits on a freshly built base model (weights come afterwards)."""
-    for edit in edits:
-        op = edit["op"]
-        if op == "shapes":
-            apply_shapes(model, edit["layers"])
-        elif op == "factorize":
-            for name, rank in edit["ranks"].items():
-                factorize(model, name, rank)
-        elif op == "quantize":
-            # Observers need one forward to allocate scales; the saved ones overwrite them on load.
-            model = quantize(model, edit["scheme"], lambda m: m(torch.zeros(2, input_dim)))
-        else:
-            raise ValueError(f"unknown architecture edit {op!r}")
-    return model
 
 
 def count_weights(model: nn.Module) -> int:
