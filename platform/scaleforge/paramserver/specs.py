@@ -16,9 +16,9 @@ class ShardSpec:
     """``Sync``, ``SSP`` or ``Async`` (``consistency.py``), with the mode's parameters."""
     num_workers: int
     """Workers at the start (each shard keeps their clocks; scaling changes them)."""
-    optimizer: str = "adam"
+    optimizer: str
     """``sgd`` (with ``momentum``) or ``adam``: the optimiser each shard applies to its slice."""
-    lr: float = 1e-3
+    lr: float
     momentum: float = 0.0
     staleness_aware_lr: bool = False
     """Divide each update's step by its staleness (Zhang et al. 2016)."""
