@@ -14,7 +14,9 @@ from scaleforge.config import AsyncSGDConfig, ConfigError, load_config
 from scaleforge.data import load_arrays
 from scaleforge.models import build_model
 from scaleforge.paramserver import ParamLayout, run_async_sgd, worker_shards
+from scaleforge.paramserver.consistency import SSP, Sync
 from scaleforge.paramserver.preflight import check_runnable
+from scaleforge.paramserver.specs import ShardSpec
 from scaleforge.paramserver.worker import WeightPredictor, batches, gradient
 
 CONFIG = REPO / "configs/async_sgd.yaml"
@@ -174,15 +176,15 @@ def test_a_restarted_sync_shard_finishes_the_round_whose_ack_died_with_it(ray_cl
     ).remote(
         0,
         np.zeros(4, np.float32),
-        optimizer="sgd",
-        lr=0.1,
-        momentum=0.0,
-        mode="sync",
-        num_workers=2,
-        staleness_bound=0,
-        staleness_aware_lr=False,
-        checkpoint_dir=str(tmp_path),
-        checkpoint_every=every,
+        ShardSpec(
+            Sync(),
+            num_workers=2,
+            optimizer="sgd",
+            lr=0.1,
+            momentum=0.0,
+            checkpoint_dir=str(tmp_path),
+            checkpoint_every=every,
+        ),
         die_at_update=die_at,
     )
     _started(shard)
@@ -219,14 +221,7 @@ def test_backup_workers_apply_the_first_gradients_and_drop_the_late_one(ray_clus
     shard = ParameterShard.options(num_cpus=0.01, max_concurrency=8).remote(
         0,
         np.zeros(4, np.float32),
-        optimizer="sgd",
-        lr=0.1,
-        momentum=0.0,
-        mode="sync",
-        num_workers=3,
-        staleness_bound=0,
-        staleness_aware_lr=False,
-        backup_workers=1,
+        ShardSpec(Sync(backup_workers=1), num_workers=3, optimizer="sgd", lr=0.1, momentum=0.0),
     )
     _started(shard)
     reads = ray.get([shard.pull.remote(w, 0) for w in range(3)], timeout=30)
@@ -279,16 +274,11 @@ def test_a_pull_beside_its_push_reads_after_the_push_lands(ray_cluster, mode):
 
     from scaleforge.paramserver.shard import ParameterShard
 
+    policy = {"sync": Sync(), "ssp": SSP(bound=0)}[mode]
     shard = ParameterShard.options(num_cpus=0.01, max_concurrency=8).remote(
         0,
         np.zeros(4, np.float32),
-        optimizer="sgd",
-        lr=0.1,
-        momentum=0.0,
-        mode=mode,
-        num_workers=1,
-        staleness_bound=0,
-        staleness_aware_lr=False,
+        ShardSpec(policy, num_workers=1, optimizer="sgd", lr=0.1, momentum=0.0),
     )
     _started(shard)
     ray.get(shard.pull.remote(0, 0), timeout=30)
@@ -377,9 +367,9 @@ def test_workers_join_and_leave_while_training(ray_cluster, tmp_path, mode):
             "data.num_samples=4000",
             "model={name: mlp, hidden: [64]}",
             "workers.batch_size=32",
-            # The first workers must train for longer than 3 s, and for as long as a new worker's process takes
-            # to start on a loaded machine (over 13 s seen; 3.7 s on an idle one, when 12 epochs of sync
-            # rounds took 5.4 s), so no time budget here: epochs.
+            # The first workers must train for longer than 3 s, and for as long as a new worker's process
+            # takes to start on a loaded machine (over 13 s seen; 3.7 s on an idle one, when 12 epochs of
+            # sync rounds took 5.4 s), so no time budget here: epochs.
             "workers.epochs=30",
             "run.eval_every_s=0.2",
             f"server.mode={mode}",

@@ -6,8 +6,10 @@ import uuid
 import numpy as np
 import pytest
 
+from scaleforge.paramserver.consistency import Async
 from scaleforge.paramserver.outbox import RESEND, Outbox, SharedGradient, buffer_path, remove_buffers
 from scaleforge.paramserver.shard import ParameterShard
+from scaleforge.paramserver.specs import ShardSpec
 
 
 @pytest.fixture
@@ -17,13 +19,7 @@ def shards(ray_cluster):
         ParameterShard.remote(
             i,
             np.zeros(3, np.float32),
-            optimizer="sgd",
-            lr=0.5,
-            momentum=0.0,
-            mode="async",
-            num_workers=1,
-            staleness_bound=0,
-            staleness_aware_lr=False,
+            ShardSpec(Async(), num_workers=1, optimizer="sgd", lr=0.5, momentum=0.0),
         )
         for i in range(2)
     ]

@@ -9,7 +9,9 @@ import torch
 
 from scaleforge.models import MLPSpec, build_model
 from scaleforge.paramserver import ParamLayout
+from scaleforge.paramserver.consistency import Async
 from scaleforge.paramserver.shard import ParameterShard
+from scaleforge.paramserver.specs import ShardSpec
 from scaleforge.paramserver.window import SharedSlice, WindowReader, window_path
 
 
@@ -17,14 +19,7 @@ def _shard(size: int, token: str):
     return ParameterShard.remote(
         0,
         np.zeros(size, np.float32),
-        optimizer="sgd",
-        lr=1.0,
-        momentum=0.0,
-        mode="async",
-        num_workers=1,
-        staleness_bound=0,
-        staleness_aware_lr=False,
-        run_token=token,
+        ShardSpec(Async(), num_workers=1, optimizer="sgd", lr=1.0, momentum=0.0, run_token=token),
     )
 
 

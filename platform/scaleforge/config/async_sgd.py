@@ -8,6 +8,7 @@ from scaleforge.config.data import DataSpec, TrainDataSpec
 from scaleforge.config.models import CNN1dSpec, ModelSpec
 from scaleforge.config.schema import ArtifactSpec, _Section, check_task
 from scaleforge.config.storage_root import storage_layout
+from scaleforge.paramserver.consistency import POLICIES, modes_where
 
 
 class ServerSpec(_Section):
@@ -119,17 +120,21 @@ class AsyncSGDConfig(_Section):
                 "run.stop_at_accuracy applies to a classifier; a language model is scored in "
                 "validation bits per byte"
             )
-        if self.server.backup_workers and self.server.mode != "sync":
-            raise ValueError(f"server.backup_workers applies to server.mode=sync, not {self.server.mode}")
+        policy = POLICIES[self.server.mode]  # what each consistency mode takes is its policy's to say
+        if self.server.backup_workers and not policy.takes_backup_workers:
+            raise ValueError(
+                f"server.backup_workers applies to server.mode={modes_where('takes_backup_workers')}, "
+                f"not {self.server.mode}"
+            )
         if self.server.backup_workers >= self.workers.num_workers:
             raise ValueError(
                 f"server.backup_workers ({self.server.backup_workers}) must be smaller than "
                 f"workers.num_workers ({self.workers.num_workers}): a round needs one gradient"
             )
-        if self.workers.weight_prediction and self.server.mode == "sync":
+        if self.workers.weight_prediction and not policy.predicts_weights:
             raise ValueError(
-                "workers.weight_prediction applies to server.mode=async or ssp: a sync round's "
-                "gradients are computed on the parameters they update"
+                f"workers.weight_prediction applies to server.mode={modes_where('predicts_weights')}: "
+                f"a {self.server.mode} round's gradients are computed on the parameters they update"
             )
         if self.workers.transient_delay_probability and not self.workers.transient_delay_s:
             raise ValueError("workers.transient_delay_probability needs workers.transient_delay_s > 0")

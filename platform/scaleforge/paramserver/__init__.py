@@ -9,6 +9,6 @@ __getattr__ = lazy_exports(
         "ParamLayout": "scaleforge.paramserver.layout",
         "AsyncSGDResult": "scaleforge.paramserver.report",
         "run_async_sgd": "scaleforge.paramserver.run",
-        "worker_shards": "scaleforge.paramserver.run",
+        "worker_shards": "scaleforge.paramserver.plan",
     },
 )

@@ -28,7 +28,8 @@ RESEND = "resend"
 
 @dataclass(frozen=True)
 class SharedGradient:
-    """Where a worker left its gradient: ``path`` on node ``node_id``; this shard's slice starts at ``start``."""
+    """Where a worker left its gradient: ``path`` on node ``node_id``; this shard's slice starts at
+    ``start``."""
 
     path: str
     node_id: str

@@ -19,7 +19,8 @@ class AsyncSGDResult:
 
     mode: str
     score: float
-    """The held-out score at the end: test accuracy, or a language model's validation bits per byte (``metric``)."""
+    """The held-out score at the end: test accuracy, or a language model's validation bits per byte
+    (``metric``)."""
     updates: int
     wall_s: float
     staleness: dict[str, list[int]]
@@ -49,7 +50,8 @@ class AsyncSGDResult:
         updates = np.array(self.staleness["updates"]) if self.staleness["updates"] else np.zeros(1)
         return "\n".join(
             [
-                f"[{self.mode}] {LABELS[self.metric]} {self.score:.4f}; {self.updates} updates in {self.wall_s:.1f} s "
+                f"[{self.mode}] {LABELS[self.metric]} {self.score:.4f}; "
+                f"{self.updates} updates in {self.wall_s:.1f} s "
                 f"({self.updates / self.wall_s:.1f} updates/s) after {self.startup_s:.1f} s of start-up",
                 f"staleness: clock max {clock.max()} (mean {clock.mean():.2f}); updates max {updates.max()} "
                 f"(mean {updates.mean():.2f})",
@@ -70,6 +72,25 @@ def workers_over_time(result: AsyncSGDResult) -> list[tuple[float, int]]:
             count += step
             timeline.append((event["seconds"], count))
     return timeline + [(result.wall_s, count)]
+
+
+def shard_restarts(stats: list[dict], reports: list[dict]) -> list[dict]:
+    """For each restarted shard (``stats``, by shard): the version it restored and the acknowledged
+    updates it lost (the highest version its first process acknowledged in the workers' ``reports``)."""
+    events = []
+    for index, shard in enumerate(stats):
+        if shard["incarnation"] == 0:
+            continue
+        acked_before = max((r["acked"][index].get(0, 0) for r in reports), default=0)
+        events.append(
+            {
+                "event": "shard_restored",
+                "shard": index,
+                "restored_version": shard["restored_version"],
+                "lost_updates": max(0, acked_before - shard["restored_version"]),
+            }
+        )
+    return events
 
 
 def write_report(

@@ -11,9 +11,12 @@ synchronous SGD.
 
 A gradient computed on a *newer* version than the shard's can only come from before a restart
 (the shard restored an older checkpoint): it joins the current round.
+
+``SyncRounds`` is the shard rule of the ``Sync`` policy (``consistency.py``): ``may_read``, ``admit``,
+``update`` and ``leave`` are what a shard asks every mode.
 """
 
-from typing import Iterable
+from typing import Iterable, Optional
 
 import numpy as np
 
@@ -54,3 +57,19 @@ class SyncRounds:
     def forget(self, worker: int) -> None:
         """``worker`` left: its gradient, if it gave one, is not part of the round."""
         self.pending.pop(worker, None)
+
+    def may_read(self, worker: int, clock: int, slowest: int) -> bool:
+        """A worker that gave to this round reads the round's update."""
+        return not self.waiting(worker)
+
+    def admit(self, worker: int, grad: np.ndarray, read_version: int, version: int) -> bool:
+        return self.offer(worker, grad, read_version, version)
+
+    def update(self, grad: np.ndarray, active: Iterable[int]) -> Optional[np.ndarray]:
+        """The round's mean once it is complete (``grad`` is in it already), else ``None``."""
+        return self.take() if self.complete(active) else None
+
+    def leave(self, worker: int, active: Iterable[int]) -> Optional[np.ndarray]:
+        """``worker`` left: the round no longer waits for it, and may be complete now."""
+        self.forget(worker)
+        return self.take() if self.complete(active) else None

@@ -10,12 +10,11 @@ Two staleness measures are recorded for every gradient:
 - ``updates``: updates applied to this shard between the read and this push (Zhang et al.
   2016's staleness, used by the staleness-aware learning rate).
 
-Sync mode's rounds, and the backup workers that let a round go on without its stragglers, are
-``SyncRounds``'s (``rounds.py``).
+How a shard orders reads and updates is its consistency mode's (``consistency.py``): the shard
+asks its rule whether a pull may read, whether a gradient is admitted and which update to apply.
 """
 
 import asyncio
-import json
 import os
 import signal
 import warnings
@@ -25,36 +24,29 @@ from typing import Optional
 import numpy as np
 import ray
 import torch
-from safetensors.torch import save
 
+from scaleforge.paramserver.checkpoint import ShardState, load_checkpoint, save_checkpoint
 from scaleforge.paramserver.layout import InitialSlice
 from scaleforge.paramserver.outbox import RESEND, Inbox, SharedGradient
-from scaleforge.paramserver.rounds import SyncRounds
+from scaleforge.paramserver.specs import ShardSpec
 from scaleforge.paramserver.window import ParamWindow
-from scaleforge.storage import is_file, join, read_bytes, write_atomic
+from scaleforge.storage import join
 
 
 @ray.remote
 class ParameterShard:
+    """Shard ``index`` of a run: ``init`` (its initial slice, or a description to rebuild it from) under
+    ``spec``'s mode and optimiser. ``die_at_update``: an injected fault, the process SIGKILLs itself
+    at this version."""
+
     def __init__(
         self,
         index: int,
         init: "np.ndarray | InitialSlice",
-        *,
-        optimizer: str,
-        lr: float,
-        momentum: float,
-        mode: str,
-        num_workers: int,
-        staleness_bound: int,
-        staleness_aware_lr: bool,
-        backup_workers: int = 0,
-        checkpoint_dir: Optional[str] = None,
-        checkpoint_every: int = 0,
+        spec: ShardSpec,
         die_at_update: Optional[int] = None,
-        run_token: Optional[str] = None,
     ):
-        self.index, self.mode, self.bound = index, mode, staleness_bound
+        self.index = index
         # Ray re-runs __init__ when it restarts this actor (max_restarts): then restore, never die again.
         with warnings.catch_warnings():  # Ray's own property reads its deprecated ``actor_id``
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -64,7 +56,7 @@ class ParameterShard:
             init = init.values()
         self.inbox = Inbox(len(init))  # gradients that workers on this node leave in shared memory
         # The parameters live in shared memory where they can: workers on this node read them there.
-        self.window = ParamWindow.create(run_token, index, len(init), self.inbox.node_id)
+        self.window = ParamWindow.create(spec.run_token, index, len(init), self.inbox.node_id)
         self.version = 0
         if self.window is None:
             values = np.array(init, dtype=np.float32)
@@ -73,24 +65,26 @@ class ParameterShard:
             with self._writing():
                 values[:] = init
         self.param = torch.nn.Parameter(torch.from_numpy(values))
-        if optimizer == "adam":
-            self.optimizer = torch.optim.Adam([self.param], lr=lr)
+        if spec.optimizer == "adam":
+            self.optimizer = torch.optim.Adam([self.param], lr=spec.lr)
         else:
-            self.optimizer = torch.optim.SGD([self.param], lr=lr, momentum=momentum)
-        self.lr, self.staleness_aware_lr = lr, staleness_aware_lr
+            self.optimizer = torch.optim.SGD([self.param], lr=spec.lr, momentum=spec.momentum)
+        self.lr, self.staleness_aware_lr = spec.lr, spec.staleness_aware_lr
         # Steps received from each active worker; workers join and leave while a run trains.
-        self.clocks = {w: 0 for w in range(num_workers)}
-        self.rounds = SyncRounds(backup_workers)
+        self.clocks = {w: 0 for w in range(spec.num_workers)}
+        self.rule = spec.consistency.for_shard()  # this shard's own (sync: its rounds)
         self.staleness: dict[str, list[int]] = {"clock": [], "updates": []}
         self.changed = asyncio.Condition()
+        checkpoint_dir = spec.checkpoint_dir
         self.checkpoint_path = join(checkpoint_dir, f"shard{index}.safetensors") if checkpoint_dir else None
-        self.checkpoint_every = checkpoint_every
+        self.checkpoint_every = spec.checkpoint_every
         self.restored_version = self._restore()
 
     async def pull(
         self, worker: int, clock: int, node_id: Optional[str] = None, pushed_to: Optional[int] = None
     ):
-        """This shard's slice for ``worker``'s step ``clock`` (a worker on ``node_id``); waits while the mode says so.
+        """This shard's slice for ``worker``'s step ``clock`` (a worker on ``node_id``); waits while the
+        consistency mode says so.
 
         Args:
             pushed_to: the worker's push of step ``clock - 1`` travels beside this pull, sent to this
@@ -109,10 +103,8 @@ class ParameterShard:
                 await self.changed.wait_for(lambda: self.clocks.get(worker, clock) >= clock)
             elif worker in self.clocks:  # it has completed `clock` steps; after a restore this count may lag
                 self.clocks[worker] = max(self.clocks[worker], clock)
-            if self.mode == "sync":  # a worker that gave to this round reads the round's update
-                await self.changed.wait_for(lambda: not self.rounds.waiting(worker))
-            elif self.mode == "ssp":  # a worker more than s steps ahead of the slowest waits
-                await self.changed.wait_for(lambda: clock - self._slowest() <= self.bound)
+            # sync: a worker that gave to this round reads its update; ssp: one s steps ahead waits
+            await self.changed.wait_for(lambda: self.rule.may_read(worker, clock, self._slowest()))
             if self.window is not None and node_id == self.window.note.node_id:
                 return self.window.note, self.version, self._slowest()
             return self.param.detach().numpy().copy(), self.version, self._slowest()
@@ -136,13 +128,13 @@ class ParameterShard:
                 return self.version, self.incarnation
             self.clocks[worker] = max(self.clocks[worker], clock + 1)
             self.changed.notify_all()  # the worker's next pull may wait for this push to land
-            if self.mode == "sync" and not self.rounds.offer(worker, grad, read_version, self.version):
+            if not self.rule.admit(worker, grad, read_version, self.version):
                 return self.version, self.incarnation  # dropped: its round is over
             self.staleness["clock"].append(clock - read_clock)
             self.staleness["updates"].append(self.version - read_version)
-            if self.mode == "sync" and not self.rounds.complete(self.clocks):
-                return self.version, self.incarnation
-            self._commit(grad, self.version - read_version)
+            update = self.rule.update(grad, self.clocks)  # sync: the round's mean once it is complete
+            if update is not None:
+                self._commit(update, self.version - read_version)
             return self.version, self.incarnation
 
     async def join(self, worker: int, clock: int) -> None:
@@ -155,15 +147,13 @@ class ParameterShard:
         """Dynamic scaling: ``worker`` stops; a sync round no longer waits for it."""
         async with self.changed:
             self.clocks.pop(worker, None)
-            self.rounds.forget(worker)
-            if self.mode == "sync" and self.rounds.complete(self.clocks):
-                self._commit(None, 0)
+            update = self.rule.leave(worker, self.clocks)
+            if update is not None:
+                self._commit(update, 0)
             self.changed.notify_all()
 
-    def _commit(self, grad, staleness: int) -> None:
+    def _commit(self, grad: np.ndarray, staleness: int) -> None:
         """Apply one update (sync: the mean of the round's gradients), checkpoint, wake waiters."""
-        if self.mode == "sync":
-            grad = self.rounds.take()
         with self._writing():
             self._apply(grad, staleness)
             self.version += 1
@@ -188,7 +178,7 @@ class ParameterShard:
             "restored_version": self.restored_version,
             "incarnation": self.incarnation,
             "staleness": self.staleness,
-            "dropped": self.rounds.dropped,
+            "dropped": self.rule.dropped,
         }
 
     def clock_of(self, worker: int) -> int:
@@ -217,37 +207,19 @@ class ParameterShard:
         self.optimizer.step()
 
     def _checkpoint(self) -> None:
-        """Slice, optimiser tensors and counters in one safetensors file, replaced atomically."""
-        tensors = {"param": self.param.detach().clone()}
-        for name, value in self.optimizer.state[self.param].items():
-            tensors[f"opt.{name}"] = value.detach().clone() if torch.is_tensor(value) else torch.tensor(value)
-        metadata = {
-            "version": str(self.version),
-            "clocks": ",".join(f"{w}:{c}" for w, c in self.clocks.items()),
-        }
-        write_atomic(self.checkpoint_path, save(tensors, metadata=metadata))
+        state = ShardState(self.param, self.optimizer.state[self.param], self.version, self.clocks)
+        save_checkpoint(self.checkpoint_path, state)
 
     def _restore(self) -> int:
         """After a restart (never on a fresh start), load the last checkpoint; returns its version."""
-        if not (self.incarnation and self.checkpoint_path and is_file(self.checkpoint_path)):
+        if not (self.incarnation and self.checkpoint_path):
             return 0
-        from safetensors.torch import load
-
-        blob = read_bytes(self.checkpoint_path)  # a local file or an object in the bucket
-        metadata = _safetensors_metadata(blob)
-        tensors = load(blob)
+        state = load_checkpoint(self.checkpoint_path)
+        if state is None:
+            return 0
         with self._writing(), torch.no_grad():
-            self.param.copy_(tensors.pop("param"))
-            self.version = int(metadata["version"])
-        self.optimizer.state[self.param] = {k.removeprefix("opt."): v for k, v in tensors.items()}
-        self.clocks = {
-            int(w): int(c) for w, c in (item.split(":") for item in metadata["clocks"].split(",") if item)
-        }
+            self.param.copy_(state.param)
+            self.version = state.version
+        self.optimizer.state[self.param] = state.optimizer
+        self.clocks = state.clocks
         return self.version
-
-
-def _safetensors_metadata(blob: bytes) -> dict[str, str]:
-    """The ``__metadata__`` of a safetensors file held in memory: its JSON header, after the header's
-    8-byte little-endian length (``safe_open`` reads metadata from a local file only)."""
-    size = int.from_bytes(blob[:8], "little")
-    return json.loads(blob[8 : 8 + size]).get("__metadata__", {})

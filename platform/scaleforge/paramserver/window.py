@@ -58,7 +58,8 @@ class ParamWindow:
 
     @classmethod
     def create(cls, run_token: Optional[str], shard: int, size: int, node_id: str) -> "Optional[ParamWindow]":
-        """A window, or ``None`` (no run token, no tmpfs, or too little room on it: a full tmpfs would SIGBUS)."""
+        """A window, or ``None`` (no run token, no tmpfs, or too little room on it: a full tmpfs would
+        SIGBUS)."""
         if not run_token or not shm_has_room(4 * size):
             return None
         return cls(window_path(run_token, shard), size, node_id)

@@ -3,6 +3,7 @@
 import os
 import signal
 import time
+from functools import partial
 from typing import Iterator, Optional
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 from scaleforge.models import MODEL_SPEC, build_model
 from scaleforge.paramserver.layout import ParamLayout
 from scaleforge.paramserver.outbox import Outbox
+from scaleforge.paramserver.specs import ReplicaSpec
 from scaleforge.paramserver.window import SharedSlice, WindowReader
 from scaleforge.quickfit import as_inputs
 
@@ -101,40 +103,27 @@ def gradient(
 
 @ray.remote
 class AsyncWorker:
-    def __init__(
-        self,
-        index: int,
-        model: dict,
-        input_dim: int,
-        num_classes: int,
-        x: np.ndarray,
-        y: np.ndarray,
-        batch_size: int,
-        seed: int,
-        shards: list,
-        ranges: list[tuple[int, int]],
-        delays: Optional[StepDelays] = None,
-        die_at_step: Optional[int] = None,
-        run_token: Optional[str] = None,
-        mode: str = "async",
-        weight_prediction: bool = False,
-    ):
+    """A model replica and a data shard (``spec``): pull, compute, push, repeat."""
+
+    def __init__(self, spec: ReplicaSpec):
         torch.set_num_threads(1)
-        self.index, self.shards, self.ranges = index, shards, ranges
-        self.delays = delays or StepDelays()
-        self.die_at_step = die_at_step
+        self.index, self.shards, self.ranges = spec.index, list(spec.shards), list(spec.ranges)
+        self.delays = StepDelays(
+            spec.delay_s, spec.transient_delay_s, spec.transient_delay_probability, spec.seed
+        )
+        self.die_at_step = spec.die_at_step
         # Sync with backup workers: a worker whose gradients were dropped has taken fewer steps than
         # there were rounds; the run is ``steps`` rounds, so it stops once it reads the last version.
-        self.rounds_bound = mode == "sync"
+        self.rounds_bound = spec.consistency.in_rounds
         # Highest version each shard acknowledged, per shard incarnation: what a shard restart lost.
-        self.acked: dict[int, dict[int, int]] = {i: {} for i in range(len(shards))}
-        self.model = build_model(MODEL_SPEC.validate_python(model), input_dim, num_classes)
+        self.acked: dict[int, dict[int, int]] = {i: {} for i in range(len(self.shards))}
+        self.model = build_model(MODEL_SPEC.validate_python(spec.model), spec.input_dim, spec.num_classes)
         self.layout = ParamLayout.of(self.model)
         self.flat = self.layout.bind(self.model)  # the model's parameters, one vector: a pull is one copy
-        self.batches = batches(x, y, batch_size, seed)
-        self.outbox = Outbox(index, shards, ranges, run_token)
+        self.batches = batches(spec.x, spec.y, spec.batch_size, spec.seed)
+        self.outbox = Outbox(self.index, self.shards, self.ranges, spec.run_token)
         self.windows = WindowReader()
-        self.predictor = WeightPredictor(ranges) if weight_prediction else None
+        self.predictor = WeightPredictor(self.ranges) if spec.weight_prediction else None
 
     def ready(self) -> bool:
         """True once constructed (model built, data shard held): a run's clock starts when every worker is."""
@@ -163,11 +152,8 @@ class AsyncWorker:
             # the worker knows each shard's incarnation: the shard answers it after the push has landed
             # (Ray may run an async actor's calls in any order).
             overlap = clock + 1 < end and None not in self.outbox.incarnations
-            acks = self.outbox.push(
-                reads,
-                clock,
-                meanwhile=(lambda: pulls.extend(self._request(clock + 1, True))) if overlap else None,
-            )
+            send_next = partial(self._request_into, pulls, clock + 1) if overlap else None
+            acks = self.outbox.push(reads, clock, meanwhile=send_next)
             if self.predictor is not None:
                 self.predictor.landed(reads, acks)
             for shard_index, (version, incarnation) in enumerate(acks):
@@ -189,6 +175,10 @@ class AsyncWorker:
             shard.pull.remote(self.index, clock, self.outbox.node_id, incarnation if after_push else None)
             for shard, incarnation in zip(self.shards, self.outbox.incarnations)
         ]
+
+    def _request_into(self, pulls: list, clock: int) -> None:
+        """The pulls of step ``clock``, sent beside the push of step ``clock - 1``, into ``pulls``."""
+        pulls.extend(self._request(clock, after_push=True))
 
     def _read(self, pulls: list) -> list[tuple[int, int]]:
         """Every shard's parameters into the model; per shard, the (version, slowest clock) read."""
