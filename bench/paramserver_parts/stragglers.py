@@ -21,6 +21,7 @@ from paramserver_parts.scenarios import (
 )
 from paramserver_parts.why import ssp_why
 from scaleforge.paramserver import run_async_sgd
+from scaleforge.paramserver.consistency import consistency_of
 
 
 def straggler_run(delays: list[str], mode: list[str], lr: float, seed: int, to_the_end: bool) -> dict:
@@ -38,9 +39,7 @@ def straggler_run(delays: list[str], mode: list[str], lr: float, seed: int, to_t
     with contextlib.redirect_stdout(sys.stderr):
         result = run_async_sgd(cfg)
     seconds, updates = reached(result.curve)
-    per_update = (
-        1 if cfg.server.mode != "sync" else 3 - cfg.server.backup_workers
-    )  # gradients an update applies
+    per_update = consistency_of(cfg.server).gradients_per_update(cfg.workers.num_workers)
     return {
         "seconds": seconds,
         "updates": updates,

@@ -16,8 +16,10 @@ from peers.docs_paramserver import DataWorker, ParameterServer, set_random_grads
 from paramserver_parts.common import WARMUP_SECONDS
 from scaleforge.config.models import MLPSpec
 from scaleforge.models import MODEL_SPEC, build_model
+from scaleforge.paramserver.consistency import Async
 from scaleforge.paramserver.layout import ParamLayout
 from scaleforge.paramserver.shard import ParameterShard
+from scaleforge.paramserver.specs import ReplicaSpec, ShardSpec
 from scaleforge.paramserver.worker import AsyncWorker
 
 
@@ -103,21 +105,26 @@ def our_throughput(model: dict, width: int, seconds: float) -> float:
         ParameterShard.options(num_cpus=0.01, max_concurrency=64).remote(
             i,
             np.zeros(b - a, np.float32),
-            optimizer="sgd",
-            lr=0.01,
-            momentum=0.0,
-            mode="async",
-            num_workers=2,
-            staleness_bound=0,
-            staleness_aware_lr=False,
-            run_token=token,
+            ShardSpec(Async(), num_workers=2, optimizer="sgd", lr=0.01, momentum=0.0, run_token=token),
         )
         for i, (a, b) in enumerate(ranges)
     ]
     x, y = np.zeros((64, width), np.float32), np.zeros(64, np.int64)
     workers = [
         AsyncWorker.options(num_cpus=1).remote(
-            i, model, width, width, x, y, 64, i, shards, ranges, run_token=token
+            ReplicaSpec(
+                index=i,
+                model=model,
+                input_dim=width,
+                num_classes=width,
+                x=x,
+                y=y,
+                batch_size=64,
+                seed=i,
+                shards=tuple(shards),
+                ranges=tuple(ranges),
+                run_token=token,
+            )
         )
         for i in range(2)
     ]

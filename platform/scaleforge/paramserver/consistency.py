@@ -68,6 +68,10 @@ class Async:
     def for_shard(self) -> ShardRule:
         return self
 
+    def gradients_per_update(self, num_workers: int) -> int:
+        """Workers' gradients that one update of a shard applies."""
+        return 1
+
     def may_read(self, worker: int, clock: int, slowest: int) -> bool:
         return True
 
@@ -113,6 +117,9 @@ class Sync:
 
     def for_shard(self) -> ShardRule:
         return SyncRounds(self.backup_workers)
+
+    def gradients_per_update(self, num_workers: int) -> int:
+        return num_workers - self.backup_workers
 
 
 Policy = Union[Async, SSP, Sync]
