@@ -5,7 +5,10 @@ Row = tuple[str, str, str, bool]
 
 
 def print_bars(rows: list[Row], first_column: str = "config") -> int:
-    """Print ``rows`` as aligned columns and a last line naming any missed bar; 1 if one was missed, else 0."""
+    """Print ``rows`` as aligned columns and a last line naming any missed bar.
+
+    Returns 1 if a bar was missed, else 0.
+    """
     if not rows:
         print("no bar in what ran")
         return 0

@@ -1,6 +1,7 @@
 """Compression: every must-show of the stage, measured in one run of the shipped recipe.
 
-    .venv/bin/python bench/compress.py      (about 4 minutes on 2 idle cores; 1 more to train the teacher if missing)
+    .venv/bin/python bench/compress.py
+    (about 4 minutes on 2 idle cores; 1 more to train the teacher if missing)
 
 Runs ``python -m jobs.compress --config configs/compress.yaml`` as a user would (the default
 teacher from ``configs/train_teacher.yaml``, trained first if it is not there), then reads the
@@ -58,7 +59,8 @@ def main() -> int:
     rows = must_shows(report, served)
     teacher = report["teacher"]
     print(
-        f"teacher {teacher['parameters']:,} weights, {teacher['bytes']:,} bytes, accuracy {teacher['accuracy']:.4f}; "
+        f"teacher {teacher['parameters']:,} weights, {teacher['bytes']:,} bytes, "
+        f"accuracy {teacher['accuracy']:.4f}; "
         f"latency: median of {report['measure']['repeats']} passes, {report['torch_threads']} thread; "
         f"job wall-clock {report['wall_s']:.0f} s"
     )

@@ -57,8 +57,9 @@ def main() -> int:
         served = load_in_memory(cfg.data).score(load_servable(tmp / "out" / "model").module)
     print(
         f"teacher (train_lm_small.yaml) {teacher.num_parameters:,} parameters, validation bits/byte "
-        f"{teacher.metrics['bits_per_byte']:.3f} after {teacher.wall_s:.0f} s; compress_lm.yaml: job wall-clock "
-        f"{result.wall_s:.0f} s, bits/byte on {cfg.data.max_validation_bytes or 'all'} bytes of validation text"
+        f"{teacher.metrics['bits_per_byte']:.3f} after {teacher.wall_s:.0f} s; "
+        f"compress_lm.yaml: job wall-clock {result.wall_s:.0f} s, "
+        f"bits/byte on {cfg.data.max_validation_bytes or 'all'} bytes of validation text"
     )
     return print_bars(bars(report, served), "must show")
 

@@ -201,8 +201,8 @@ def main(argv=None) -> int:
         f"{MICROBATCHES} micro-batches; one process holds {one_process / 2**20:.1f} MiB of model state"
     )
     print(
-        "| workers | layout | step ms | vs dp | memory / worker MiB | vs one process | idle | 1 - m t_stage / t_step "
-        "| bubble ideal |"
+        "| workers | layout | step ms | vs dp | memory / worker MiB | vs one process "
+        "| idle | 1 - m t_stage / t_step | bubble ideal |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     rows = []
@@ -215,11 +215,13 @@ def main(argv=None) -> int:
             pipeline = name.startswith("pp")
             ideal = f"{(world - 1) / (MICROBATCHES + world - 1):.2f}" if pipeline else "-"
             print(
-                f"| {world} | {name} | {r['step_s'] * 1e3:.0f} | {r['step_s'] / results['dp']['step_s']:.2f}x | "
+                f"| {world} | {name} | {r['step_s'] * 1e3:.0f} | "
+                f"{r['step_s'] / results['dp']['step_s']:.2f}x | "
                 f"{r['held'] / 2**20:.1f} | {r['held'] / one_process:.2f}x | "
                 f"{r['idle']:.2f} | {r['bubble']:.2f} | {ideal} |"
                 if pipeline
-                else f"| {world} | {name} | {r['step_s'] * 1e3:.0f} | {r['step_s'] / results['dp']['step_s']:.2f}x | "
+                else f"| {world} | {name} | {r['step_s'] * 1e3:.0f} | "
+                f"{r['step_s'] / results['dp']['step_s']:.2f}x | "
                 f"{r['held'] / 2**20:.1f} | {r['held'] / one_process:.2f}x | - | - | - |",
                 flush=True,
             )

@@ -23,7 +23,10 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "platform")]
 
 from scaleforge.storage import write_atomic  # noqa: E402
 
-HEADER = "# Benchmark results\n\nWritten by `make bench` (`bench/results_tables.py`); do not edit between the markers.\n"
+HEADER = (
+    "# Benchmark results\n\n"
+    "Written by `make bench` (`bench/results_tables.py`); do not edit between the markers.\n"
+)
 """The start of a results page that does not exist yet."""
 
 # Ray's own log lines that reach a driver's stdout ("(raylet) ...", "(ServeReplica:... pid=1) ..."),

@@ -1,4 +1,7 @@
-"""A recipe that cannot run fails with one clear line and exit status 2, before Ray starts or anything is written."""
+"""A recipe that cannot run fails with one clear line and exit status 2.
+
+The error comes before Ray starts or anything is written.
+"""
 
 import json
 from pathlib import Path
@@ -45,11 +48,13 @@ def _run(tmp_path: Path, teacher: Path, recipe: list, capsys, *overrides: str):
     [
         (
             [{"step": "sharpen"}],
-            "recipe.0.step: unknown name 'sharpen'; choose one of 'distill', 'prune', 'low_rank', 'quantize', 'export'",
+            "recipe.0.step: unknown name 'sharpen'; "
+            "choose one of 'distill', 'prune', 'low_rank', 'quantize', 'export'",
         ),
         (
             [{"step": "prune", "sparsity": 0.5, "layers": ["head.9"]}],
-            "recipe[0] (prune): unknown layer 'head.9'; layers: features.0, features.3, features.7, head.1, head.4",
+            "recipe[0] (prune): unknown layer 'head.9'; "
+            "layers: features.0, features.3, features.7, head.1, head.4",
         ),
         ([{"step": "prune", "sparsity": 1.0}], "recipe.0.prune.sparsity: Input should be less than 1"),
         (

@@ -37,7 +37,10 @@ class StepRecord:
 
 
 def folder_bytes(path: str | Path) -> int:
-    """Bytes stored for an artifact (weights + manifest, and an ONNX export beside them), in a folder or under a URI."""
+    """Bytes stored for an artifact, in a folder or under a URI.
+
+    Counts the weights, the manifest, and an ONNX export beside them.
+    """
     return sum(file_sizes(path).values())
 
 

@@ -1,4 +1,7 @@
-"""Magnitude pruning: unstructured zeros (``torch.nn.utils.prune``) or physically narrower layers (torch-pruning)."""
+"""Magnitude pruning.
+
+Unstructured zeros (``torch.nn.utils.prune``) or physically narrower layers (torch-pruning).
+"""
 
 from typing import Callable, Optional
 

@@ -15,7 +15,10 @@ def quantize_model(model: nn.Module, scheme: str, calibration: np.ndarray) -> nn
 
 
 def float_weight_bytes(model: nn.Module, scheme: str = "int8_static") -> int:
-    """Bytes of the weight matrices that ``scheme`` replaces (int8_dynamic: Linear only), before quantization."""
+    """Bytes of the weight matrices that ``scheme`` replaces, before quantization.
+
+    int8_dynamic replaces Linear layers only; the other schemes also replace Conv1d.
+    """
     kinds = (nn.Linear,) if scheme == "int8_dynamic" else (nn.Linear, nn.Conv1d)
     return sum(
         layer.weight.numel() * layer.weight.element_size()

@@ -96,7 +96,8 @@ def _markdown(report: dict[str, Any]) -> str:
         "# Compression report",
         "",
         f"Teacher: `{report['teacher']['artifact']}`. Latency: median of {report['measure']['repeats']} "
-        f"forward passes on CPU, torch.set_num_threads({report['torch_threads']}), every model in the same process. "
+        f"forward passes on CPU, torch.set_num_threads({report['torch_threads']}), "
+        "every model in the same process. "
         f"Wall-clock {report['wall_s']:.0f} s.",
         "",
         "## Recipe",
