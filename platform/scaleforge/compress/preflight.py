@@ -14,15 +14,14 @@ from torch import nn
 
 from scaleforge.artifacts import ArtifactError, load_artifact
 from scaleforge.compress.prune import prune_structured
+from scaleforge.config.capabilities import either
 from scaleforge.config.compress import CompressJobConfig
 from scaleforge.config.loader import ConfigError
+from scaleforge.config.models import capabilities_of, family_names
 from scaleforge.data.preflight import check_data, check_files
 from scaleforge.models import build_model
 from scaleforge.models.surgery import default_layers, prunable_layers
 from scaleforge.storage import StorageError, check_fields, is_uri
-
-LANGUAGE_MODELS = ("transformer_lm",)
-"""Registry models that read token ids and predict the next token at every position."""
 
 
 def check_runnable(cfg: CompressJobConfig) -> None:
@@ -71,10 +70,10 @@ def check_recipe(steps: list, model: nn.Module, manifest: dict, where: str) -> N
     )
     for index, step in enumerate(steps):
         label = f"{where}[{index}] ({step.step})"
-        if spec["name"] in LANGUAGE_MODELS and step.step in ("prune", "low_rank"):
+        if (capabilities := capabilities_of(spec["name"])).refuses(step.step):
             raise ConfigError(
-                f"{label}: does not apply to the language model {spec['name']!r}; its recipe may "
-                "distill, quantize (int8_dynamic, fp16, bf16) and export"
+                f"{label}: does not apply to the {'language ' * capabilities.language_model}model "
+                f"{spec['name']!r}; its recipe may {capabilities.recipe()}"
             )
         if quantized and step.step != "export":
             raise ConfigError(f"{label}: the model is already quantized; only export can follow quantize")
@@ -102,10 +101,10 @@ def check_recipe(steps: list, model: nn.Module, manifest: dict, where: str) -> N
                     )
         elif step.step == "quantize":
             quantized, int8 = True, step.scheme.startswith("int8")
-            if step.scheme == "int8_static" and spec["name"] not in ("mlp", "cnn1d"):
+            if capabilities_of(spec["name"]).refuses("quantize", step.scheme):
+                able = either(family_names(lambda c, scheme=step.scheme: scheme in c.quant_schemes), "and")
                 raise ConfigError(
-                    f"{label}: int8_static supports mlp and cnn1d models; use int8_dynamic for "
-                    f"{spec['name']!r}"
+                    f"{label}: {step.scheme} supports {able} models; use int8_dynamic for {spec['name']!r}"
                 )
         elif step.step == "export":
             if index != len(steps) - 1:
@@ -118,7 +117,7 @@ def check_recipe(steps: list, model: nn.Module, manifest: dict, where: str) -> N
 
 def _check_data_fits(cfg: CompressJobConfig, teacher: dict) -> None:
     """A language model's teacher comes with its text (windows within its context), a classifier with arrays."""
-    name, language_model = teacher["name"], teacher["name"] in LANGUAGE_MODELS
+    name, language_model = teacher["name"], capabilities_of(teacher["name"]).language_model
     if language_model != (cfg.data.kind == "text"):
         raise ConfigError(
             f"data: the teacher is a language model ({name}) trained on text; set data.kind=text"

@@ -11,8 +11,9 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
+from scaleforge.config.capabilities import either
 from scaleforge.config.data import DataSpec, TrainDataSpec
-from scaleforge.config.models import ModelSpec
+from scaleforge.config.models import ModelSpec, family_names
 from scaleforge.config.schema import OptimSpec, RunSpec, ScalingSpec
 from scaleforge.config.storage_root import storage_layout
 
@@ -189,11 +190,12 @@ class CompressJobConfig(_Section):
     def _students_fit_the_data(self) -> "CompressJobConfig":
         text = self.data.kind == "text"
         for index, step in enumerate(self.recipe):
-            if step.step == "distill" and text != (step.student.name == "transformer_lm"):
+            if step.step == "distill" and text != step.student.capabilities.language_model:
                 problem = (
-                    f"text (data.kind=text) distills into a transformer_lm, not {step.student.name}"
+                    f"text (data.kind=text) distills into a "
+                    f"{either(family_names(lambda c: c.language_model))}, not {step.student.name}"
                     if text
-                    else "a transformer_lm learns from text; set data.kind=text"
+                    else f"a {step.student.name} learns from text; set data.kind=text"
                 )
                 raise ValueError(f"recipe[{index}] (distill): student: {problem}")
         return self
