@@ -96,3 +96,26 @@ def test_the_exemptions_cover_only_other_meanings(tmp_path):
     assert _within(LIBRARY / "pipeline" / "query.py", OTHER_MEANINGS["moe"])
     assert not _within(LIBRARY / "train" / "loop.py", OTHER_MEANINGS["moe"] + REGISTRY)
     assert set(OTHER_MEANINGS) <= set(MODEL_NAMES)
+
+
+def test_a_registration_that_contradicts_its_spec_is_refused():
+    """``register`` checks the family's code against what its spec claims, before it is used."""
+    from pydantic import BaseModel
+
+    from scaleforge.models import MLPSpec, TransformerSpec, model_family, register
+    from scaleforge.models.mlp import MLP
+    from scaleforge.models.registry import ModelFamily
+    from scaleforge.models.transformer import TransformerClassifier
+
+    with pytest.raises(ValueError, match="'transformer': capabilities.splits and its plan disagree on tp"):
+        register(ModelFamily(TransformerSpec, TransformerClassifier))  # no plan, yet its spec claims tp
+    with pytest.raises(ValueError, match="'mlp' is registered twice"):
+        register(ModelFamily(MLPSpec, MLP))
+
+    class Unlisted(BaseModel):
+        name: str = "unlisted"
+
+    with pytest.raises(ValueError, match="'unlisted': add its spec to scaleforge.config.models"):
+        register(ModelFamily(Unlisted, MLP))
+    with pytest.raises(ValueError, match="unknown model 'unlisted'; registered models: mlp, cnn1d"):
+        model_family("unlisted")

@@ -66,17 +66,18 @@ def register(family: ModelFamily) -> ModelFamily:
         ValueError: the spec is not in :data:`~scaleforge.config.models.ModelSpec`, the name is taken,
             or the capabilities claim a split the plan cannot do (or the other way round).
     """
-    name, capabilities = family.name, family.spec.capabilities
+    name = family.name
     if name not in MODEL_NAMES:
         raise ValueError(f"model family {name!r}: add its spec to scaleforge.config.models (ModelSpec)")
-    if name in _FAMILIES:
-        raise ValueError(f"model family {name!r} is registered twice")
+    capabilities = family.spec.capabilities
     claims = {"tp": family.plan.tensor_parallel, "pp": family.plan.pipeline_stage}
     for split, how in claims.items():
         if (split in capabilities.splits) != (how is not None):
             raise ValueError(f"model family {name!r}: capabilities.splits and its plan disagree on {split}")
     if (capabilities.exits > 1) != (family.exit_probabilities is not None):
         raise ValueError(f"model family {name!r}: capabilities.exits > 1 needs exit_probabilities")
+    if name in _FAMILIES:
+        raise ValueError(f"model family {name!r} is registered twice")
     _FAMILIES[name] = family
     return family
 
