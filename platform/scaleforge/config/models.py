@@ -3,6 +3,9 @@
 Each spec holds an architecture's fields and the rules among them; the ``nn.Module`` it describes
 lives in ``scaleforge.models`` and is built by ``scaleforge.models.build_model``. ``ModelSpec`` is
 the tagged union of every spec, so an unknown name fails validation with the names that exist.
+Each spec class also states what its family can do (``capabilities``, and ``experts`` of an
+instance), which every layer asks instead of comparing names; the family's torch half (builder,
+plan, losses, exports) is registered in :mod:`scaleforge.models.families`.
 """
 
 from typing import Annotated, Callable, ClassVar, Literal, Optional, Union
