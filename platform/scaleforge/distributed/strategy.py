@@ -1,8 +1,10 @@
 """One strategy per parallelism behind one small protocol: how a rank trains, evaluates and checkpoints.
 
 - :class:`~scaleforge.distributed.ddp.DataParallel`: the model replicated, gradients all-reduced (DDP);
-- :class:`~scaleforge.distributed.ep.ExpertParallel`: MoE experts split over ``ep`` ranks, the rest replicated;
-- :class:`~scaleforge.distributed.mesh.MeshParallel`: the model split on a device mesh (fsdp, tp, pp, with dp).
+- :class:`~scaleforge.distributed.ep.ExpertParallel`: MoE experts split over ``ep`` ranks, the rest
+  replicated;
+- :class:`~scaleforge.distributed.mesh.MeshParallel`: the model split on a device mesh (fsdp, tp, pp,
+  with dp).
 
 The worker loop only talks to :class:`ParallelModel`; :func:`strategy_for` is the one place that
 asks which strategy a layout needs.
@@ -62,7 +64,8 @@ class ParallelModel(Protocol):
     data_rank: int
     data_world: int
     reports_metrics: bool
-    """Whether this rank sees the logits of its data slice (once per slice, so sums count each example once)."""
+    """Whether this rank sees the logits of its data slice (once per slice, so sums count each example
+    once)."""
 
     def batches(
         self, batch_size: int, seed: int, num_train: int, columns: dict[str, torch.dtype]

@@ -150,7 +150,10 @@ def memory_plan(cfg: TrainJobConfig, input_dim: int, num_classes: int) -> tuple[
     """The table ``--plan`` prints (the job's own layout first, then every other one) and its rows."""
     rows = [layout_memory(variant, variant.dims, input_dim, num_classes) for variant in layouts(cfg)]
     device = cfg.scaling.device_memory_gb
-    header = f"{'layout':<24}{'params':>10}{'grads':>10}{'optimizer':>11}{'activations':>13}{'total GiB':>11}  fits"
+    header = (
+        f"{'layout':<24}{'params':>10}{'grads':>10}{'optimizer':>11}{'activations':>13}"
+        f"{'total GiB':>11}  fits"
+    )
     with torch.device("meta"):
         parameters = sum(p.numel() for p in build_model(cfg.model, input_dim, num_classes).parameters())
     lines = [
