@@ -17,8 +17,7 @@ from scaleforge.distributed.ep import (
     shard_experts,
     sync_gradients,
 )
-from scaleforge.models import MoESpec, build_model
-from scaleforge.models.plans import parallel_plan
+from scaleforge.models import MoESpec, build_model, model_family
 
 SPEC = MoESpec(
     stem_channels=[8, 8],
@@ -56,7 +55,7 @@ def _worker(rank, world, port, folder):
     torch.set_num_threads(1)
     groups = expert_groups(ep=world)
     model = _model()
-    layers = parallel_plan("moe").expert_layers(model)
+    layers = model_family("moe").plan.expert_layers(model)
     prefixes = expert_prefixes(model, layers)
     shard_experts(layers, groups)
     x, y = _data()
@@ -84,7 +83,7 @@ def test_ep2_forward_and_backward_match_one_process(tmp_path, world):
 
     mp.spawn(_worker, args=(world, _free_port(), str(tmp_path)), nprocs=world, join=True)
     share, per_rank = BATCH // world, SPEC.num_experts // world
-    prefixes = expert_prefixes(reference, parallel_plan("moe").expert_layers(reference))
+    prefixes = expert_prefixes(reference, model_family("moe").plan.expert_layers(reference))
     for rank in range(world):
         result = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
         torch.testing.assert_close(

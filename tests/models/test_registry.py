@@ -4,6 +4,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
+from scaleforge.config.models import capabilities_of
+from scaleforge.distributed.strategy import Batch
 from scaleforge.models import (
     MODEL_NAMES,
     MODEL_SPEC,
@@ -11,16 +13,21 @@ from scaleforge.models import (
     TransformerSpec,
     build_model,
     count_parameters,
+    model_family,
 )
 
+CLASSIFIERS = [name for name in MODEL_NAMES if not capabilities_of(name).language_model]
 
-@pytest.mark.parametrize("name", [name for name in MODEL_NAMES if name != "transformer_lm"])
+
+@pytest.mark.parametrize("name", CLASSIFIERS)
 def test_every_registered_model_classifies_a_batch(name):
+    """Every parameter learns from what the trainer minimises: the logits' loss plus the family's own."""
     extra = {"num_experts": 10} if name == "moe_gate" else {}  # a gate's outputs are its experts
     model = build_model(MODEL_SPEC.validate_python({"name": name, **extra}), input_dim=40, num_classes=10)
-    logits = model(torch.randn(5, 40))
+    x, y = torch.randn(5, 40), torch.randint(0, 10, (5,))
+    logits = model(x)
     assert logits.shape == (5, 10)
-    logits.sum().backward()
+    (logits.sum() + model_family(name).auxiliary_loss(model, Batch(x, y))).backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 

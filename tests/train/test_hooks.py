@@ -18,7 +18,7 @@ from scaleforge.models.moe_parts import combine_parts
 from scaleforge.train.hooks import (
     Distillation,
     ExpertLoad,
-    ExportMoEParts,
+    FamilyExports,
     Hooks,
     KillWorker,
     TokenDistillation,
@@ -66,7 +66,7 @@ def test_distillation_replaces_the_task_loss_with_hintons_loss():
         torch.zeros(8, 40), torch.randint(0, 10, (8,), generator=generator), {"teacher_logits": teacher}
     )
     hook = Distillation(temperature=4.0, alpha=0.7)
-    loss = Hooks([hook]).loss_fn(lambda: 0.0)(logits, batch)
+    loss = Hooks([hook]).loss_fn(lambda batch: 0.0)(logits, batch)
     assert loss.item() == pytest.approx(distillation_loss(logits, teacher, batch.y, 4.0, 0.7).item())
     assert loss.item() != pytest.approx(F.cross_entropy(logits, batch.y).item())
     assert Hooks([hook]).columns == {"teacher_logits": torch.float32}
@@ -90,7 +90,7 @@ def test_token_distillation_runs_the_teacher_on_every_token_of_the_batch(tmp_pat
         expected = distillation_loss(
             logits.flatten(0, 1), teacher(x).flatten(0, 1), batch.y.flatten(), 2.0, 0.6
         )
-    assert Hooks([hook]).loss_fn(lambda: 0.0)(logits, batch).item() == pytest.approx(
+    assert Hooks([hook]).loss_fn(lambda batch: 0.0)(logits, batch).item() == pytest.approx(
         expected.item(), rel=1e-5
     )
     # A student whose logits are the teacher's has no soft term: alpha 1 leaves nothing to learn.
@@ -104,11 +104,11 @@ def test_token_distillation_runs_the_teacher_on_every_token_of_the_batch(tmp_pat
     assert hook.export("unused", None, None) == {"training": {"distill": {"temperature": 2.0, "alpha": 0.6}}}
 
 
-def test_export_moe_parts_writes_a_gate_and_experts_that_reproduce_the_model(tmp_path):
+def test_family_exports_of_an_moe_write_a_gate_and_experts_that_reproduce_the_model(tmp_path):
     torch.manual_seed(0)
     spec = MoESpec(stem_channels=[8], d_model=16, num_experts=3, expert_hidden=8, top_k=2)
     model = build_model(spec, 40, 10).eval()
-    extra = ExportMoEParts().export(
+    extra = FamilyExports().export(
         str(tmp_path / "moe"), model, spec, input_dim=40, num_classes=10, dataset={"name": "t"}
     )
     parts = extra["moe_parts"]
@@ -197,9 +197,23 @@ def test_default_hooks_follow_the_config():
     from scaleforge.config import TrainJobConfig, load_config
 
     plain = load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", [])
-    assert [type(h).__name__ for h in default_hooks(plain)] == ["ExpertLoad"]
+    assert [type(h).__name__ for h in default_hooks(plain)] == ["ExpertLoad", "FamilyExports"]
     faulty = load_config(TrainJobConfig, REPO / "configs/train_dp.yaml", ["fault.kill_worker_at_epoch=4"])
     assert [h for h in default_hooks(faulty) if isinstance(h, KillWorker)] == [KillWorker(4)]
     moe = load_config(TrainJobConfig, REPO / "configs/train_moe.yaml", [])
-    assert "ExportMoEParts" in [type(h).__name__ for h in default_hooks(moe)]
     assert all(isinstance(h, TrainHook) for h in default_hooks(moe))
+
+
+def test_family_exports_writes_what_the_models_family_exports_beside_the_artifact(tmp_path):
+    """The MoE family's gate and experts (``moe_parts``), nothing for a family without exports."""
+    from scaleforge.artifacts import load_artifact
+    from scaleforge.models import CNN1dSpec
+    from scaleforge.train.hooks import FamilyExports
+
+    shapes = {"input_dim": 40, "num_classes": 10, "dataset": {}}
+    spec = MoESpec(stem_channels=[8], d_model=16, num_experts=3, expert_hidden=8)
+    entries = FamilyExports().export(str(tmp_path / "moe"), build_model(spec, 40, 10), spec, **shapes)
+    assert len(entries["moe_parts"]["experts"]) == 3
+    assert load_artifact(entries["moe_parts"]["gate"]).manifest["model"]["name"] == "moe_gate"
+    dense = CNN1dSpec(channels=[4])
+    assert FamilyExports().export(str(tmp_path / "cnn"), build_model(dense, 40, 10), dense, **shapes) == {}

@@ -2,10 +2,10 @@
 
 The recipe is walked on a skeleton of the teacher as each step changes it, so a later step is
 checked against the student or the pruned shapes it will really see. Each step checks itself
-(``CompressionStep.check``); the walk applies the two rules that hold for every step: a language
-model (``transformer_lm``) takes only the steps with a ``language_model_use`` (distill, quantize
-with ``int8_dynamic``, ``fp16`` or ``bf16``, export; pruning and factorization fine-tune a
-classifier in memory), and a frozen (quantized) model only steps that do not change it.
+(``CompressionStep.check``); the walk applies the two rules that hold for every step: a model
+takes only the steps its family's capabilities accept (``Capabilities.compress_steps``: a language
+model distills, quantizes and exports; pruning and factorization fine-tune a classifier in memory),
+and a frozen (quantized) model only steps that do not change it.
 """
 
 from pathlib import Path
@@ -13,14 +13,12 @@ from pathlib import Path
 from torch import nn
 
 from scaleforge.artifacts import ArtifactError, load_artifact
-from scaleforge.compress.steps import STEPS, CompressionStep, Skeleton, step_for_edit
+from scaleforge.compress.steps import CompressionStep, Skeleton, step_for_edit
 from scaleforge.config.compress import CompressJobConfig
 from scaleforge.config.loader import ConfigError
+from scaleforge.config.models import capabilities_of
 from scaleforge.data.preflight import check_data, check_files
 from scaleforge.storage import StorageError, check_fields, is_uri
-
-LANGUAGE_MODELS = ("transformer_lm",)
-"""Registry models that read token ids and predict the next token at every position."""
 
 
 def check_runnable(cfg: CompressJobConfig) -> None:
@@ -67,11 +65,10 @@ def check_recipe(steps: list[CompressionStep], model: nn.Module, manifest: dict,
         label = f"{where}[{index}] ({step.step})"
         skeleton.last = index == len(steps) - 1
         spec = skeleton.spec
-        if spec["name"] in LANGUAGE_MODELS and step.language_model_use is None:
-            uses = [cls.language_model_use for cls in STEPS.values() if cls.language_model_use]
+        if (capabilities := capabilities_of(spec["name"])).refuses(step.step):
             raise ConfigError(
-                f"{label}: does not apply to the language model {spec['name']!r}; its recipe may "
-                f"{', '.join(uses[:-1])} and {uses[-1]}"
+                f"{label}: does not apply to the {'language ' * capabilities.language_model}model "
+                f"{spec['name']!r}; its recipe may {capabilities.recipe()}"
             )
         if skeleton.frozen and step.changes_model:
             raise ConfigError(f"{label}: {skeleton.frozen}")
@@ -81,7 +78,7 @@ def check_recipe(steps: list[CompressionStep], model: nn.Module, manifest: dict,
 def _check_data_fits(cfg: CompressJobConfig, teacher: dict) -> None:
     """A language model's teacher comes with its text (windows within its context), a classifier with
     arrays."""
-    name, language_model = teacher["name"], teacher["name"] in LANGUAGE_MODELS
+    name, language_model = teacher["name"], capabilities_of(teacher["name"]).language_model
     if language_model != (cfg.data.kind == "text"):
         raise ConfigError(
             f"data: the teacher is a language model ({name}) trained on text; set data.kind=text"

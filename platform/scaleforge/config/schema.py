@@ -4,8 +4,9 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
+from scaleforge.config.capabilities import either
 from scaleforge.config.data import DataSpec, TrainDataSpec
-from scaleforge.config.models import CNN1dSpec, ModelSpec
+from scaleforge.config.models import CNN1dSpec, ModelSpec, check_task, family_names
 from scaleforge.config.storage_root import storage_layout
 from scaleforge.distributed.dims import ParallelDims
 
@@ -49,9 +50,11 @@ class OptimSpec(_Section):
     """After warm-up: cosine decay to zero, or constant."""
     weight_decay: float = Field(default=1e-4, ge=0.0)
     decay_norms_and_biases: bool = True
-    """``false``: no weight decay on one-dimensional parameters (norms, biases), as GPT-2 and nanoGPT train."""
+    """``false``: no weight decay on one-dimensional parameters (norms, biases), as GPT-2 and nanoGPT
+    train."""
     clip_grad_norm: Optional[PositiveFloat] = None
-    """Clip the whole model's gradient to this norm after every backward pass (across every shard and stage)."""
+    """Clip the whole model's gradient to this norm after every backward pass (across every shard and
+    stage)."""
     momentum: float = Field(default=0.9, ge=0.0, lt=1.0)
     """SGD only."""
     precision: Literal["fp32", "bf16"] = "fp32"
@@ -86,7 +89,8 @@ class ArtifactSpec(_Section):
     """Where the trained model is exported."""
 
     dir: str = "~/scaleforge/artifacts/model"
-    """Artifact folder (``model.safetensors`` + ``manifest.json``), or a URI (``s3://bucket/prefix``); replaced atomically."""
+    """Artifact folder (``model.safetensors`` + ``manifest.json``), or a URI (``s3://bucket/prefix``);
+    replaced atomically."""
 
 
 class FaultSpec(_Section):
@@ -121,19 +125,6 @@ class ParallelSpec(_Section):
     """Micro-batches per pipeline step; must divide ``optim.batch_size``."""
     ep: PositiveInt = 1
     """Expert-parallel degree (MoE models): each group of ``ep`` workers splits the experts."""
-
-
-def check_task(data, model) -> None:
-    """A language model trains on text, and text trains a language model (any job's ``data`` and ``model``)."""
-    text, language_model = data.kind == "text", model.name == "transformer_lm"
-    if text != language_model:
-        raise ValueError(
-            "model.name=transformer_lm trains on data.kind=text"
-            if language_model
-            else f"data.kind=text trains model.name=transformer_lm, not {model.name}"
-        )
-    if text and data.seq_len > model.context:
-        raise ValueError(f"data.seq_len ({data.seq_len}) is above model.context ({model.context})")
 
 
 class TrainJobConfig(_Section):
@@ -172,14 +163,12 @@ class TrainJobConfig(_Section):
             if kill <= self.run.checkpoint_every or kill > self.optim.epochs:
                 raise ValueError(
                     f"fault.kill_worker_at_epoch ({kill}) must come after the first checkpoint "
-                    f"(run.checkpoint_every={self.run.checkpoint_every}) and within optim.epochs ({self.optim.epochs})"
+                    f"(run.checkpoint_every={self.run.checkpoint_every}) "
+                    f"and within optim.epochs ({self.optim.epochs})"
                 )
         self._check_parallel_layout()
-        self._check_task()
-        return self
-
-    def _check_task(self) -> None:
         check_task(self.data, self.model)
+        return self
 
     @property
     def dims(self) -> ParallelDims:
@@ -200,14 +189,15 @@ class TrainJobConfig(_Section):
         """The layout's own rules (:class:`ParallelDims`), then what it asks of the model and the batch."""
         dims = self.dims
         if dims.ep_enabled:
-            moe = self.model if self.model.name == "moe" else getattr(self.model, "moe", None)
-            if moe is None:
+            experts = self.model.experts if "ep" in self.model.capabilities.splits else None
+            if experts is None:
                 raise ValueError(
-                    f"parallel.ep ({dims.ep}) needs MoE layers: model.name=moe or a transformer with model.moe"
+                    f"parallel.ep ({dims.ep}) needs MoE layers: "
+                    f"model.name={either(family_names(lambda c: 'ep' in c.splits))} with experts"
                 )
-            if moe.num_experts % dims.ep:
+            if experts.num_experts % dims.ep:
                 raise ValueError(
-                    f"parallel.ep ({dims.ep}) must divide the number of experts ({moe.num_experts})"
+                    f"parallel.ep ({dims.ep}) must divide the number of experts ({experts.num_experts})"
                 )
         if dims.model_split:
             self._check_model_parallel()
@@ -219,16 +209,14 @@ class TrainJobConfig(_Section):
         }
         if self.optim.precision != "fp32":
             raise ValueError(f"parallel.{next(iter(split))} trains in fp32 only; set optim.precision=fp32")
-        if getattr(model, "moe", None) is not None or model.name in ("moe", "moe_gate"):
+        if model.experts is not None:
             raise ValueError(
                 f"parallel.{next(iter(split))} needs a dense model; MoE layers split with parallel.ep"
             )
-        for name in ("tp", "pp"):
-            if name in split and model.name not in ("transformer", "transformer_lm"):
-                raise ValueError(
-                    f"parallel.{name} ({split[name]}) needs model.name=transformer or transformer_lm, "
-                    f"not {model.name}"
-                )
+        for name, degree in split.items():
+            if name not in model.capabilities.splits:
+                able = either(family_names(lambda c, split=name: split in c.splits))
+                raise ValueError(f"parallel.{name} ({degree}) needs model.name={able}, not {model.name}")
         if "tp" in split:  # tp | num_heads also gives tp | d_model (d_model is a multiple of num_heads)
             for field in ("num_heads", "ff_dim"):
                 if getattr(model, field) % parallel.tp:

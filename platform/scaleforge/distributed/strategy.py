@@ -134,7 +134,7 @@ def parallelize(
     Args:
         model: The whole model, same seed on every rank.
         dims: A resolved layout whose world size is the process group's.
-        plan: The model family's plan (``scaleforge.models.plans.parallel_plan``).
+        plan: The model family's plan (``scaleforge.models.model_family(name).plan``).
         device: This rank's device.
         bf16: Autocast forward passes to bf16 (data and expert parallel; the mesh trains in fp32).
     """

@@ -1,17 +1,18 @@
 """Model registry: a model is chosen by the ``name`` field of its spec.
 
-Model files hold architecture only (no Ray, no training code). The specs themselves live in
+Each family is registered once (:mod:`scaleforge.models.families`) with its builder, parallel plan,
+auxiliary loss and exports (:func:`model_family`); model files hold architecture only (no Ray, no
+training code). The specs themselves, with each family's capabilities, live in
 :mod:`scaleforge.config.models` (no torch), so configs validate without importing this package;
 they are re-exported here.
 """
-
-from typing import Callable
 
 from torch import nn
 
 from scaleforge.config.models import (
     MODEL_NAMES,
     MODEL_SPEC,
+    CNN1dEarlyExitSpec,
     CNN1dSpec,
     MLPSpec,
     ModelSpec,
@@ -20,22 +21,10 @@ from scaleforge.config.models import (
     TransformerLMSpec,
     TransformerSpec,
 )
-from scaleforge.models.cnn1d import CNN1d
-from scaleforge.models.mlp import MLP
-from scaleforge.models.moe import MoEClassifier
-from scaleforge.models.moe_parts import MoEGate
-from scaleforge.models.transformer import TransformerClassifier
-from scaleforge.models.transformer_lm import TransformerLM
+from scaleforge.models import families  # noqa: F401  (registers the built-in families)
+from scaleforge.models.registry import ModelFamily, model_family, register, registered
 
-_BUILDERS: dict[str, Callable[..., nn.Module]] = {
-    "mlp": MLP,
-    "cnn1d": CNN1d,
-    "transformer": TransformerClassifier,
-    "moe": MoEClassifier,
-    "moe_gate": MoEGate,
-    "transformer_lm": TransformerLM,
-}
-assert tuple(_BUILDERS) == MODEL_NAMES, "every spec in scaleforge.config.models needs a builder here"
+assert registered() == MODEL_NAMES, "every spec in scaleforge.config.models needs a registered family"
 
 
 def build_model(spec, input_dim: int, num_classes: int) -> nn.Module:
@@ -50,9 +39,7 @@ def build_model(spec, input_dim: int, num_classes: int) -> nn.Module:
         A freshly initialised ``nn.Module`` mapping ``[batch, input_dim]`` to ``[batch, num_classes]``
         (a language model: token ids ``[batch, tokens]`` to ``[batch, tokens, vocab]``).
     """
-    if spec.name not in _BUILDERS:
-        raise ValueError(f"unknown model {spec.name!r}; registered models: {', '.join(MODEL_NAMES)}")
-    return _BUILDERS[spec.name](spec, input_dim, num_classes)
+    return model_family(spec.name).build(spec, input_dim, num_classes)
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -62,12 +49,16 @@ def count_parameters(model: nn.Module) -> int:
 
 __all__ = [
     "ModelSpec",
+    "ModelFamily",
     "MODEL_NAMES",
     "MODEL_SPEC",
     "build_model",
     "count_parameters",
+    "model_family",
+    "register",
     "MLPSpec",
     "CNN1dSpec",
+    "CNN1dEarlyExitSpec",
     "TransformerSpec",
     "MoESpec",
     "MoEGateSpec",

@@ -7,12 +7,14 @@
   The language model's tied embedding lives on its first and last pipeline stage, its gradient
   summed between them (Megatron's embedding group);
 - moe: its MoE blocks for expert parallelism;
-- mlp, cnn1d, moe_gate: data parallelism and FSDP as one unit.
+- mlp, cnn1d, moe_gate, cnn1d_early_exit: data parallelism and FSDP as one unit (``DENSE``).
+
+Each family's registration (:mod:`scaleforge.models.families`) names its plan.
 """
 
 from torch import nn
 
-from scaleforge.distributed.plan import DENSE, ParallelPlan
+from scaleforge.distributed.plan import ParallelPlan
 from scaleforge.models.moe import moe_layers
 
 _COLUMNWISE = ("attention.query", "attention.key", "attention.value", "ff_in")
@@ -21,7 +23,8 @@ _ROWWISE = ("attention.out", "ff_out")
 
 def transformer_tensor_plan(model: nn.Module) -> dict:
     """Column-wise in, row-wise out in every encoder layer; embedding, norms and head replicated."""
-    # Imported here: torch.distributed.tensor costs 0.8 s of CPU (sympy), which a job's pre-flight need not pay.
+    # Imported here: torch.distributed.tensor costs 0.8 s of CPU (sympy), which a job's pre-flight
+    # need not pay.
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     plan = {}
@@ -82,9 +85,3 @@ TRANSFORMER_LM = ParallelPlan(
     tied_parameters=tied_embedding,
 )
 MOE = ParallelPlan(expert_layers=moe_layers)
-PLANS = {"transformer": TRANSFORMER, "transformer_lm": TRANSFORMER_LM, "moe": MOE}
-
-
-def parallel_plan(model_name: str) -> ParallelPlan:
-    """The plan of a registered model family (``DENSE`` for families that split no other way)."""
-    return PLANS.get(model_name, DENSE)

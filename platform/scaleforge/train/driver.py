@@ -52,8 +52,9 @@ class TrainingResult:
         )
         if "bits_per_byte" in self.metrics:
             quality = (
-                f"validation bits/byte {self.metrics['bits_per_byte']:.3f} (loss {self.metrics['test_loss']:.4f} "
-                f"per token, {self.metrics['tokens_per_s']:,.0f} tokens/s)"
+                f"validation bits/byte {self.metrics['bits_per_byte']:.3f} "
+                f"(loss {self.metrics['test_loss']:.4f} per token, "
+                f"{self.metrics['tokens_per_s']:,.0f} tokens/s)"
             )
         else:
             quality = (
@@ -81,7 +82,8 @@ def run_training(
     Args:
         cfg: A validated job config.
         data: Prebuilt datasets (default: built from ``cfg.data``).
-        hooks: Hooks to run besides the ones ``cfg`` asks for (e.g. :class:`~scaleforge.train.hooks.Distillation`).
+        hooks: Hooks to run besides the ones ``cfg`` asks for
+            (e.g. :class:`~scaleforge.train.hooks.Distillation`).
 
     Returns:
         The final metrics, the per-epoch history and the artifact folder.
@@ -99,9 +101,43 @@ def run_training(
     strategy = strategy_for(dims)
     run_name = cfg.run.name or f"train-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     progress = ProgressChannel.shared()
-    trainer = TorchTrainer(
+    trainer = _trainer(cfg, data, hooks, strategy.data_config(), run_name, progress)
+    with progress.printing():
+        result = trainer.fit()
+    with result.checkpoint.as_directory() as folder:
+        state = read_trainer_state(Path(folder))
+        model = strategy.gather(
+            Path(folder), build_model(cfg.model, data.info.input_dim, data.info.num_classes)
+        )
+    artifact = _export(
+        cfg, data, hooks, model, state, {"run": run_name, "checkpoint": result.checkpoint.path}
+    )
+    metrics = {
+        **state["history"][-1],
+        "resumed_from_epoch": state["resumed_from_epoch"],
+        **state.get("memory", {}),
+    }
+    return TrainingResult(
+        metrics=metrics,
+        history=state["history"],
+        artifact=artifact,
+        checkpoint_path=_checkpoint_location(cfg.run.storage_path, run_name, result.checkpoint.path),
+        loss_curve=_loss_curve(cfg.run.storage_path, run_name, result.checkpoint.path, state),
+        num_workers=scaling.num_workers,
+        num_parameters=count_parameters(model),
+        wall_s=time.perf_counter() - started,
+        notes=[line for hook in hooks for line in hook.summary(metrics)],
+    )
+
+
+def _trainer(
+    cfg: TrainJobConfig, data: TrainingData, hooks, dataset_config, run_name: str, progress
+) -> TorchTrainer:
+    """Ray Train's trainer for the run: every worker runs :func:`train_loop_per_worker`."""
+    scaling = cfg.scaling
+    return TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"run": WorkerRun(cfg, dims, asdict(data.info), hooks, progress)},
+        train_loop_config={"run": WorkerRun(cfg, cfg.dims, asdict(data.info), hooks, progress)},
         scaling_config=ScalingConfig(
             num_workers=scaling.num_workers,
             use_gpu=scaling.use_gpu,
@@ -118,15 +154,13 @@ def run_training(
             logging_config=LoggingConfig(log_level=cfg.run.log_level),
         ),
         datasets=data.datasets,
-        dataset_config=strategy.data_config(),
+        dataset_config=dataset_config,
     )
-    with progress.printing():
-        result = trainer.fit()
-    with result.checkpoint.as_directory() as folder:
-        state = read_trainer_state(Path(folder))
-        model = strategy.gather(
-            Path(folder), build_model(cfg.model, data.info.input_dim, data.info.num_classes)
-        )
+
+
+def _export(cfg: TrainJobConfig, data: TrainingData, hooks, model, state: dict, run: dict[str, str]) -> Path:
+    """Write the trained ``model`` as an artifact, with what the hooks export beside it
+    (``run``: the run's name and final checkpoint)."""
     final = state["history"][-1]
     shapes = {
         "input_dim": data.info.input_dim,
@@ -139,18 +173,17 @@ def run_training(
     }
     training = {
         "job": "train",
-        "run": run_name,
-        "checkpoint": result.checkpoint.path,
-        "num_workers": scaling.num_workers,
+        **run,
+        "num_workers": cfg.scaling.num_workers,
         "epochs": len(state["history"]),
-        "parallel": dims.to_dict(),
+        "parallel": cfg.dims.to_dict(),
     }
     extra = {"tokenizer": ByteTokenizer().to_json()} if data.info.tokens else {}
     for hook in hooks:
         entries = hook.export(cfg.artifact.dir, model, cfg.model, **shapes)
         training.update(entries.pop("training", {}))
         extra.update(entries)
-    artifact = save_artifact(
+    return save_artifact(
         cfg.artifact.dir,
         model,
         cfg.model,
@@ -158,25 +191,17 @@ def run_training(
         extra={"training": training, **extra},
         **shapes,
     )
-    metrics = {**final, "resumed_from_epoch": state["resumed_from_epoch"], **state.get("memory", {})}
-    curve = None
-    if state.get("curve"):
-        curve = write_loss_curve(
-            _run_file(cfg.run.storage_path, run_name, result.checkpoint.path, "loss_curve.png"),
-            state["curve"],
-            state["history"],
-            state["step"] // len(state["history"]),
-        )
-    return TrainingResult(
-        metrics=metrics,
-        history=state["history"],
-        artifact=artifact,
-        checkpoint_path=_checkpoint_location(cfg.run.storage_path, run_name, result.checkpoint.path),
-        loss_curve=curve,
-        num_workers=scaling.num_workers,
-        num_parameters=count_parameters(model),
-        wall_s=time.perf_counter() - started,
-        notes=[line for hook in hooks for line in hook.summary(metrics)],
+
+
+def _loss_curve(storage_path: str, run_name: str, checkpoint: str, state: dict) -> Optional[str]:
+    """The loss-curve PNG in the run's folder, if the run logged a curve (``run.log_every_steps``)."""
+    if not state.get("curve"):
+        return None
+    return write_loss_curve(
+        _run_file(storage_path, run_name, checkpoint, "loss_curve.png"),
+        state["curve"],
+        state["history"],
+        state["step"] // len(state["history"]),
     )
 
 
@@ -186,7 +211,8 @@ def _checkpoint_location(storage_path: str, run_name: str, path: str) -> str:
 
 
 def _run_file(storage_path: str, run_name: str, checkpoint: str, name: str) -> str:
-    """``name`` in the run's folder (where its checkpoint ``checkpoint`` is), as the user named the storage."""
+    """``name`` in the run's folder (where its checkpoint ``checkpoint`` is), as the user named the
+    storage."""
     return (
         storage.join(storage_path, run_name, name)
         if storage.is_uri(storage_path)

@@ -21,11 +21,9 @@ from ray.train import Checkpoint
 
 from scaleforge.distributed.checkpoint import read_trainer_state, write_trainer_state
 from scaleforge.distributed.dims import ParallelDims
-from scaleforge.distributed.memory import describe_memory, gather_memory, single_process_memory
-from scaleforge.distributed.strategy import ParallelModel, WorkerBatches, parallelize
-from scaleforge.models import build_model
-from scaleforge.models.moe import auxiliary_loss
-from scaleforge.models.plans import parallel_plan
+from scaleforge.distributed.memory import MemoryReport, describe_memory, gather_memory, single_process_memory
+from scaleforge.distributed.strategy import LossFn, ParallelModel, WorkerBatches, parallelize
+from scaleforge.models import model_family
 from scaleforge.progress import ProgressChannel
 from scaleforge.train.hooks import Hooks, TrainHook, WorkerContext
 from scaleforge.train.optim import Schedule, make_optimizer
@@ -45,93 +43,130 @@ class WorkerRun:
     """Rank 0's progress lines go to the driver's console through it."""
 
 
+@dataclass
+class _Rank:
+    """One rank's attempt at the run: its part of the model and everything its epochs use."""
+
+    run: WorkerRun
+    rank: int
+    world: int
+    parallel: ParallelModel
+    optimizer: torch.optim.Optimizer
+    state: dict[str, Any]
+    """Trainer state, checkpointed with the weights: epoch, step, history, memory, loss curve."""
+    hooks: Hooks
+    data: WorkerBatches
+    schedule: Schedule
+    ctx: WorkerContext
+    loss_fn: LossFn
+    reference: MemoryReport
+    """What the unsplit model and its optimiser would hold in one process."""
+
+
 def train_loop_per_worker(config: dict[str, Any]) -> None:
     """Ray Train's per-worker function: one rank of the run."""
     run: WorkerRun = config["run"]
-    job, optim = run.job, run.job.optim
-    logging.getLogger("ray.train").setLevel(job.run.log_level)  # per-report INFO lines drown the progress
+    logging.getLogger("ray.train").setLevel(run.job.run.log_level)  # per-report INFO lines drown the progress
     context = ray.train.get_context()
-    rank, world = context.get_world_rank(), context.get_world_size()
+    worker = _start(run, context.get_world_rank(), context.get_world_size())
+    epochs = run.job.optim.epochs
+    for epoch in range(worker.ctx.start_epoch, epochs):
+        began = time.perf_counter()
+        worker.hooks.on_epoch_start(worker.ctx, epoch)
+        train, lr = _train_epoch(worker, epoch)
+        metrics = _epoch_metrics(worker, epoch, train, lr, time.perf_counter() - began)
+        worker.state["history"].append(metrics)
+        worker.state["epoch"] = epoch
+        if worker.rank == 0:
+            run.progress.send(_progress(metrics, epochs))
+        _report(metrics, worker.state, run.job.run, epochs, worker.rank, worker.parallel, worker.optimizer)
+
+
+def _start(run: WorkerRun, rank: int, world: int) -> _Rank:
+    """Build the model its family's way, split it, and resume from the latest checkpoint if any."""
+    job, optim = run.job, run.job.optim
     device = ray.train.torch.get_device()
     if device.type == "cpu":
         torch.set_num_threads(max(1, int(job.scaling.resources_per_worker.get("CPU", 1))))
     torch.manual_seed(optim.seed)
-
-    model = build_model(job.model, run.info["input_dim"], run.info["num_classes"])
+    family = model_family(job.model.name)
+    model = family.build(job.model, run.info["input_dim"], run.info["num_classes"])
     reference = single_process_memory(model, optim.optimizer)
-    parallel = parallelize(
-        model, run.dims, parallel_plan(job.model.name), device, bf16=optim.precision == "bf16"
-    )
+    parallel = parallelize(model, run.dims, family.plan, device, bf16=optim.precision == "bf16")
     optimizer = make_optimizer(parallel.module, optim)
     state = {"epoch": -1, "step": 0, "history": [], "memory": {}, "curve": []}
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint:
+    if checkpoint := ray.train.get_checkpoint():
         with checkpoint.as_directory() as folder:
             parallel.load(Path(folder), optimizer)
             state = read_trainer_state(Path(folder))
-    start_epoch = state["epoch"] + 1
-    state["resumed_from_epoch"] = start_epoch
+    state["resumed_from_epoch"] = state["epoch"] + 1
     hooks = Hooks(run.hooks)
     columns = {"x": torch.int64 if run.info["tokens"] else torch.float32, "y": torch.int64, **hooks.columns}
     data = parallel.batches(optim.batch_size, optim.seed, run.info["num_train"], columns)
+    ctx = WorkerContext(
+        rank, world, state["resumed_from_epoch"], data.steps_per_epoch, parallel, run.progress
+    )
+    loss_fn = hooks.loss_fn(lambda batch: family.auxiliary_loss(parallel.module, batch))
     schedule = Schedule(optim, data.steps_per_epoch, parallel.data_world)
-    ctx = WorkerContext(rank, world, start_epoch, data.steps_per_epoch, parallel, run.progress)
-    loss_fn = hooks.loss_fn(lambda: auxiliary_loss(parallel.module))
+    return _Rank(run, rank, world, parallel, optimizer, state, hooks, data, schedule, ctx, loss_fn, reference)
 
-    for epoch in range(start_epoch, optim.epochs):
-        began = time.perf_counter()
-        hooks.on_epoch_start(ctx, epoch)
-        parallel.module.train()
-        train, lr = torch.zeros(3, dtype=torch.float64), 0.0  # loss sum, correct, seen
-        logged = train.clone()
-        for index, batch in enumerate(data.train(epoch)):
-            hooks.on_step(ctx, epoch, index)
-            lr = schedule(state["step"])
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            optimizer.zero_grad(set_to_none=True)
-            loss, logits = parallel.train_step(batch, loss_fn)
-            if optim.clip_grad_norm:
-                parallel.clip_gradients(optim.clip_grad_norm)
-            optimizer.step()
-            state["step"] += 1
-            if logits is not None:
-                train += _totals(loss.item() * batch.y.numel(), logits, batch.y)
-            if job.run.log_every_steps and state["step"] % job.run.log_every_steps == 0:
-                logged = _log_curve(state, train, logged, world)
-        elapsed = torch.tensor([time.perf_counter() - began])
-        extra = hooks.epoch_metrics(ctx)  # before evaluation, which is no training
-        if not state["memory"] and (held := parallel.memory(optimizer)) is not None:
-            state["memory"] = gather_memory(held, reference)  # after the first step every state exists
-            if rank == 0:
-                run.progress.send(describe_memory(state["memory"]))
-        test = _evaluate(parallel, data)
-        if world > 1:
-            for totals in (train, test):
-                dist.all_reduce(totals)
-            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        metrics = {
-            "epoch": epoch + 1,
-            "train_loss": (train[0] / train[2]).item(),
-            "train_accuracy": (train[1] / train[2]).item(),
-            "test_loss": (test[0] / test[2]).item(),
-            "test_accuracy": (test[1] / test[2]).item(),
-            "lr": lr,
-            "samples_per_s": train[2].item() / elapsed.item(),
-            "epoch_s": elapsed.item(),
-            "resumed_from_epoch": start_epoch,
-            **extra,
-        }
-        if run.info["tokens"]:  # a language model: its labels are tokens, and bytes are what users compare
-            metrics.update(
-                tokens_per_s=metrics.pop("samples_per_s"),
-                bits_per_byte=metrics["test_loss"] / math.log(2) / run.info["bytes_per_token"],
-            )
-        state["history"].append(metrics)
-        state["epoch"] = epoch
-        if rank == 0:
-            run.progress.send(_progress(metrics, optim.epochs))
-        _report(metrics, state, job.run, optim.epochs, rank, parallel, optimizer)
+
+def _train_epoch(worker: _Rank, epoch: int) -> tuple[torch.Tensor, float]:
+    """One pass over this rank's training batches: [loss sum, correct, seen] and the last lr."""
+    optim, every, state = worker.run.job.optim, worker.run.job.run.log_every_steps, worker.state
+    worker.parallel.module.train()
+    train, lr = torch.zeros(3, dtype=torch.float64), 0.0
+    logged = train.clone()
+    for index, batch in enumerate(worker.data.train(epoch)):
+        worker.hooks.on_step(worker.ctx, epoch, index)
+        lr = worker.schedule(state["step"])
+        for group in worker.optimizer.param_groups:
+            group["lr"] = lr
+        worker.optimizer.zero_grad(set_to_none=True)
+        loss, logits = worker.parallel.train_step(batch, worker.loss_fn)
+        if optim.clip_grad_norm:
+            worker.parallel.clip_gradients(optim.clip_grad_norm)
+        worker.optimizer.step()
+        state["step"] += 1
+        if logits is not None:
+            train += _totals(loss.item() * batch.y.numel(), logits, batch.y)
+        if every and state["step"] % every == 0:
+            logged = _log_curve(state, train, logged, worker.world)
+    return train, lr
+
+
+def _epoch_metrics(worker: _Rank, epoch: int, train: torch.Tensor, lr: float, seconds: float) -> dict:
+    """The epoch's metrics, the same on every rank: training totals, a test pass, the hooks' own."""
+    run, state, parallel = worker.run, worker.state, worker.parallel
+    elapsed = torch.tensor([seconds])
+    extra = worker.hooks.epoch_metrics(worker.ctx)  # before evaluation, which is no training
+    if not state["memory"] and (held := parallel.memory(worker.optimizer)) is not None:
+        state["memory"] = gather_memory(held, worker.reference)  # after the first step every state exists
+        if worker.rank == 0:
+            run.progress.send(describe_memory(state["memory"]))
+    test = _evaluate(parallel, worker.data)
+    if worker.world > 1:
+        for totals in (train, test):
+            dist.all_reduce(totals)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    metrics = {
+        "epoch": epoch + 1,
+        "train_loss": (train[0] / train[2]).item(),
+        "train_accuracy": (train[1] / train[2]).item(),
+        "test_loss": (test[0] / test[2]).item(),
+        "test_accuracy": (test[1] / test[2]).item(),
+        "lr": lr,
+        "samples_per_s": train[2].item() / elapsed.item(),
+        "epoch_s": elapsed.item(),
+        "resumed_from_epoch": worker.ctx.start_epoch,
+        **extra,
+    }
+    if run.info["tokens"]:  # a language model: its labels are tokens, and bytes are what users compare
+        metrics.update(
+            tokens_per_s=metrics.pop("samples_per_s"),
+            bits_per_byte=metrics["test_loss"] / math.log(2) / run.info["bytes_per_token"],
+        )
+    return metrics
 
 
 def _log_curve(state: dict[str, Any], train: torch.Tensor, logged: torch.Tensor, world: int) -> torch.Tensor:
@@ -160,7 +195,10 @@ def _progress(metrics: dict[str, Any], epochs: int) -> str:
         f"lr {metrics['lr']:.2e}  {speed}  ({metrics['epoch_s']:.1f}s)"
     )
     if "expert_load_cv" in metrics:
-        line += f"  expert load cv {metrics['expert_load_cv']:.3f} dropped {metrics['expert_dropped_fraction']:.3f}"
+        line += (
+            f"  expert load cv {metrics['expert_load_cv']:.3f} "
+            f"dropped {metrics['expert_dropped_fraction']:.3f}"
+        )
     return line
 
 
@@ -186,7 +224,8 @@ def _totals(loss_sum: float, logits: torch.Tensor, y: torch.Tensor) -> torch.Ten
 
 
 def _report(metrics, state, run, epochs: int, rank: int, parallel: ParallelModel, optimizer) -> None:
-    """Report the epoch's metrics, with a checkpoint every ``run.checkpoint_every`` epochs and after the last."""
+    """Report the epoch's metrics, with a checkpoint every ``run.checkpoint_every`` epochs and after
+    the last."""
     epoch = metrics["epoch"]
     if epoch % run.checkpoint_every and epoch != epochs:
         ray.train.report(metrics)

@@ -27,8 +27,7 @@ from scaleforge.config.loader import ConfigError
 from scaleforge.config.schema import TrainJobConfig
 from scaleforge.data.preflight import check_data
 from scaleforge.distributed.dims import ParallelDims
-from scaleforge.models import build_model
-from scaleforge.models.plans import parallel_plan
+from scaleforge.models import build_model, model_family
 
 _GIB = 2**30
 _FP32 = 4
@@ -87,7 +86,7 @@ def layout_memory(cfg: TrainJobConfig, dims: ParallelDims, input_dim: int, num_c
     """
     with torch.device("meta"):
         model = build_model(cfg.model, input_dim, num_classes)
-    plan = parallel_plan(cfg.model.name)
+    plan = model_family(cfg.model.name).plan
     if (dims.tp_enabled and plan.tensor_parallel is None) or (
         dims.pp_enabled and plan.pipeline_stage is None
     ):

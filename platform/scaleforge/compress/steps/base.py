@@ -115,9 +115,6 @@ class CompressionStep(BaseModel):
 
     sweepable: ClassVar[tuple[str, ...]] = ()
     """The fields a sweep may vary."""
-    language_model_use: ClassVar[Optional[str]] = None
-    """How the step applies to a language model, as the refusal of other steps lists it (None: it
-    does not)."""
     changes_model: ClassVar[bool] = True
     """False for a step that only writes the model (it may follow quantization)."""
     edits: ClassVar[tuple[str, ...]] = ()

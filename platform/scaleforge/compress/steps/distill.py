@@ -13,8 +13,9 @@ from scaleforge.compress.steps.base import (
     StepOutcome,
     register_step,
 )
+from scaleforge.config.capabilities import either
 from scaleforge.config.loader import ConfigError
-from scaleforge.config.models import ModelSpec
+from scaleforge.config.models import ModelSpec, family_names
 from scaleforge.config.schema import OptimSpec
 
 if TYPE_CHECKING:
@@ -41,15 +42,16 @@ class DistillStep(CompressionStep):
     compare_hard_labels: bool = True
     """Also train the same student on hard labels alone (same epochs and seed) as the baseline."""
 
-    language_model_use = "distill"
-
     def data_problem(self, data: "TrainDataSpec") -> Optional[str]:
         text = data.kind == "text"
-        if text == (self.student.name == "transformer_lm"):
+        if text == self.student.capabilities.language_model:
             return None
         if text:
-            return f"student: text (data.kind=text) distills into a transformer_lm, not {self.student.name}"
-        return "student: a transformer_lm learns from text; set data.kind=text"
+            language_models = either(family_names(lambda c: c.language_model))
+            return (
+                f"student: text (data.kind=text) distills into a {language_models}, not {self.student.name}"
+            )
+        return f"student: a {self.student.name} learns from text; set data.kind=text"
 
     def check(self, skeleton: Skeleton, label: str) -> None:
         from scaleforge.models import build_model

@@ -19,7 +19,6 @@ class ExportStep(CompressionStep):
     """Also write ``model.onnx`` next to the artifact (fp32 and fp16 models; int8 eager modules do not
     export)."""
 
-    language_model_use = "export"
     changes_model = False
 
     def check(self, skeleton: Skeleton, label: str) -> None:

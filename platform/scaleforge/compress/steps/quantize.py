@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import PositiveInt
 
 from scaleforge.compress.steps.base import CompressionStep, Edit, ModelState, Skeleton, register_step
+from scaleforge.config.capabilities import either
 from scaleforge.config.loader import ConfigError
+from scaleforge.config.models import capabilities_of, family_names
 
 if TYPE_CHECKING:
     from torch import nn
@@ -26,15 +28,13 @@ class QuantizeStep(CompressionStep):
     """Training examples run through the model to calibrate int8 activation ranges."""
 
     sweepable = ("scheme",)
-    language_model_use = "quantize (int8_dynamic, fp16, bf16)"
     edits = ("quantize",)
 
     def check(self, skeleton: Skeleton, label: str) -> None:
-        if self.scheme == "int8_static" and skeleton.spec["name"] not in ("mlp", "cnn1d"):
-            raise ConfigError(
-                f"{label}: int8_static supports mlp and cnn1d models; use int8_dynamic for "
-                f"{skeleton.spec['name']!r}"
-            )
+        name = skeleton.spec["name"]
+        if capabilities_of(name).refuses("quantize", self.scheme):
+            able = either(family_names(lambda c, scheme=self.scheme: scheme in c.quant_schemes), "and")
+            raise ConfigError(f"{label}: {self.scheme} supports {able} models; use int8_dynamic for {name!r}")
         self.note(skeleton, {"op": "quantize", "scheme": self.scheme})
 
     def apply(self, state: ModelState, data: "ArraySplits") -> tuple[ModelState, dict[str, Any]]:

@@ -9,25 +9,23 @@ picklable (plain fields, no open handles).
 from scaleforge.train.hooks.base import Hooks, TrainHook, WorkerContext
 from scaleforge.train.hooks.distill import Distillation, distillation_loss
 from scaleforge.train.hooks.expert_load import ExpertLoad
+from scaleforge.train.hooks.family_exports import FamilyExports
 from scaleforge.train.hooks.fault import KillWorker
-from scaleforge.train.hooks.moe_parts import ExportMoEParts
 from scaleforge.train.hooks.token_distill import TokenDistillation
 
 
 def default_hooks(cfg) -> list[TrainHook]:
     """The hooks a :class:`~scaleforge.config.TrainJobConfig` asks for by itself."""
-    hooks: list[TrainHook] = [ExpertLoad()]
+    hooks: list[TrainHook] = [ExpertLoad(), FamilyExports()]
     if cfg.fault.kill_worker_at_epoch is not None:
         hooks.append(KillWorker(cfg.fault.kill_worker_at_epoch))
-    if cfg.model.name == "moe" and cfg.model.num_blocks == 1:
-        hooks.append(ExportMoEParts())
     return hooks
 
 
 __all__ = [
     "Distillation",
     "ExpertLoad",
-    "ExportMoEParts",
+    "FamilyExports",
     "Hooks",
     "KillWorker",
     "TokenDistillation",

@@ -1,7 +1,7 @@
 """The hook protocol and the list of hooks the worker loop calls."""
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
@@ -85,16 +85,17 @@ class Hooks:
     def columns(self) -> dict[str, torch.dtype]:
         return {name: dtype for hook in self.hooks for name, dtype in hook.columns.items()}
 
-    def loss_fn(self, auxiliary) -> LossFn:
-        """``(logits, batch) -> loss``: a hook's task loss (or cross-entropy) plus ``auxiliary()``,
-        the model's own terms (MoE balancing losses) from the last forward."""
+    def loss_fn(self, auxiliary: Callable[[Batch], Any]) -> LossFn:
+        """``(logits, batch) -> loss``: a hook's task loss (or cross-entropy) plus ``auxiliary(batch)``,
+        the model family's own terms from the last forward (MoE balancing losses, a side exit's
+        cross-entropy: :attr:`scaleforge.models.ModelFamily.auxiliary_loss`)."""
 
         def loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
             for hook in self.hooks:
                 task = hook.task_loss(logits, batch)
                 if task is not None:
-                    return task + auxiliary()
-            return cross_entropy(logits, batch) + auxiliary()
+                    return task + auxiliary(batch)
+            return cross_entropy(logits, batch) + auxiliary(batch)
 
         return loss
 
