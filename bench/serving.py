@@ -79,7 +79,7 @@ from ray.serve.context import _get_global_client  # noqa: E402
 from scaleforge.artifacts.servable import load_servable  # noqa: E402
 from scaleforge.config.serve import ModelEntry  # noqa: E402
 from scaleforge.data import load_mnist1d  # noqa: E402
-from scaleforge.deploy import direct_ingress_urls  # noqa: E402
+from scaleforge.deployment.deploy import direct_ingress_urls  # noqa: E402
 from scaleforge.models import CNN1dSpec  # noqa: E402
 from scaleforge.models.early_exit import EarlyExitCNN1d, joint_loss  # noqa: E402
 from scaleforge.quickfit import fit, fit_and_save  # noqa: E402
@@ -88,11 +88,11 @@ from scaleforge.runtime import SERVE_DIRECT_INGRESS  # noqa: E402
 from serving.app import build_app  # noqa: E402
 from serving.binary import HEADER  # noqa: E402
 from serving.models import split_like  # noqa: E402
-from serving.protocol import (
+from serving.protocol import (  # noqa: E402
     SERVER_TIMING,
     ProtocolError,
     infer_response,
-    parse_infer_request,  # noqa: E402
+    parse_infer_request,
     parse_server_timing,
     render,
 )
@@ -107,7 +107,8 @@ BATCH = 64
 THREADS = ModelEntry.model_fields["threads"].default  # torch threads per model process, everywhere
 MODEL_PROCESSES = 2  # the cascade's two model replicas; the teacher-only app and uvicorn get as many
 SERVE_ENV = {**SERVE_DIRECT_INGRESS, "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
-"""Serve's low-overhead settings, read by its controller and replicas when they start (set before ``ray.init``)."""
+"""Serve's low-overhead settings, read by its controller and replicas when they start (set before
+``ray.init``)."""
 MAX_BATCH_SIZE = ModelEntry.model_fields["max_batch_size"].default
 BATCH_WAIT_S = ModelEntry.model_fields["batch_wait_timeout_s"].default  # both as our model deployments
 
@@ -274,8 +275,9 @@ def deploy(paths: dict[str, str], thresholds: dict[str, float]) -> None:
     student = {"name": "student", "artifact": paths["student"], **model, "batch_wait_timeout_s": 0.0}
     cascade = {
         "models": [{**student, "in_ingress": True}, teacher],
-        "cascades": [
+        "routers": [
             {
+                "kind": "cascade",
                 "name": "cascade",
                 "stages": [{"model": "student", "threshold": threshold}, {"model": "teacher"}],
             }
@@ -503,8 +505,9 @@ def main() -> int:
         f"{thresholds['early exit']:.3f}; {os.cpu_count()} cores"
     )
     print(
-        f"model CPU, {THREADS} torch thread per process: teacher-only Serve {MODEL_PROCESSES} teacher replicas "
-        "and an ingress; cascade 1 ingress running the student + 1 teacher replica; cascade, 2 deployments: "
+        f"model CPU, {THREADS} torch thread per process: teacher-only Serve {MODEL_PROCESSES} teacher "
+        "replicas and an ingress; cascade 1 ingress running the student + 1 teacher replica; "
+        "cascade, 2 deployments: "
         f"1 student + 1 teacher replica and an ingress; early exit {MODEL_PROCESSES} replicas, each its own "
         f"ingress; uvicorn {MODEL_PROCESSES} workers; bare stage-0 Serve 1 replica (every Serve app also has "
         "Serve's HTTP proxy)",
@@ -555,8 +558,8 @@ def main() -> int:
                     result = asyncio.run(drive(url, requests, labels, clients, args.seconds))
                     results.setdefault(name, []).append(result | {"clients": clients})
                     print(
-                        f"  round {round_index + 1} {name:30s} c={clients}: {result['throughput']:7,.0f} inputs/s, "
-                        f"p50 {result['p50']:6.1f} ms",
+                        f"  round {round_index + 1} {name:30s} c={clients}: "
+                        f"{result['throughput']:7,.0f} inputs/s, p50 {result['p50']:6.1f} ms",
                         flush=True,
                     )
     finally:
@@ -568,8 +571,8 @@ def report(results: dict[str, list[dict]], args) -> int:
     med = {name: {k: float(np.median([r[k] for r in rs])) for k in rs[0]} for name, rs in results.items()}
     print(f"\nrequests of {BATCH} inputs, {args.seconds:g} s x {args.rounds} rounds (medians)")
     print(
-        f"{'configuration':30s} {'clients':>7s} {'inputs/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'accuracy':>9s} "
-        f"{'failed':>7s}"
+        f"{'configuration':30s} {'clients':>7s} {'inputs/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} "
+        f"{'accuracy':>9s} {'failed':>7s}"
     )
     for name, m in med.items():
         print(

@@ -15,9 +15,13 @@ from scaleforge.config.cli import import_object, resolve
 CASES = {
     "optim.batch_size=0": "optim.batch_size: Input should be greater than 0",
     "optim.lr=-1": "optim.lr: Input should be greater than 0",
-    "scaling.num_workers=100000": "scaling.num_workers (100000) is larger than the number of training examples",
+    "scaling.num_workers=100000": (
+        "scaling.num_workers (100000) is larger than the number of training examples"
+    ),
     "model.name=nosuchnet": "model.name: unknown name 'nosuchnet'",
-    "data.source=/nonexistent/data.parquet": "data.source: data file '/nonexistent/data.parquet' does not exist",
+    "data.source=/nonexistent/data.parquet": (
+        "data.source: data file '/nonexistent/data.parquet' does not exist"
+    ),
     "optim.bogus=1": "optim.bogus: unknown key",
 }
 
@@ -65,8 +69,8 @@ PREFLIGHT_CASES = {
         "jobs.pipeline",
         "configs/pipeline.yaml",
         "teacher.set=[scaling.num_workers=100000]",
-    ): "stage teacher: configs/train_teacher.yaml (with --set scaling.num_workers=100000): scaling.num_workers "
-    "(100000) is larger than the number of training examples (16000)",
+    ): "stage teacher: configs/train_teacher.yaml (with --set scaling.num_workers=100000): "
+    "scaling.num_workers (100000) is larger than the number of training examples (16000)",
     (
         "jobs.pipeline",
         "configs/pipeline.yaml",
@@ -133,7 +137,7 @@ def test_preflights_import_none_of_rays_libraries():
     Train, Ray Data nor Ray Serve (Ray Train's import alone is 4 s of CPU here), nor matplotlib or torch's
     DTensor (0.8 s). Except jobs.serve's: it checks the config with Serve's own schema."""
     sources = "".join(path.read_text() for path in sorted((REPO / "jobs").glob("*.py")))
-    modules = sorted(set(re.findall(r'preflight="([\w.]+):\w+"', sources)) - {"scaleforge.deploy"})
+    modules = sorted(set(re.findall(r'preflight="([\w.]+):\w+"', sources)) - {"scaleforge.deployment.deploy"})
     assert {
         "scaleforge.train.preflight",
         "scaleforge.train.plan",

@@ -43,11 +43,12 @@ class QuerySpec(_Section):
 
 
 class PlacementSpec(_Section):
-    """Hardware-aware placement of the served models (see ``scaleforge.placement``)."""
+    """Hardware-aware placement of the served models (see ``scaleforge.deployment.placement``)."""
 
     enabled: bool = True
     hwbench: Optional[str] = None
-    """A ``jobs.hwbench`` result (JSON) to place by; default: measure the cluster when the serve stage starts."""
+    """A ``jobs.hwbench`` result (JSON) to place by; default: measure the cluster when the serve stage
+    starts."""
     gpu_share: float = Field(default=0.25, gt=0.0, le=1.0)
     """Share of a GPU each replica of a large model reserves on a GPU node."""
     gpu_min_parameters: PositiveInt = 100_000

@@ -68,7 +68,7 @@ def query_model(
     (over the first pass), latency, throughput and routing shares. ``urls``: the endpoint's base URLs
     (the proxy, or each ingress replica's own), the clients spread over them."""
     batches = [(start, x[start : start + spec.batch_size]) for start in range(0, len(x), spec.batch_size)]
-    parameters = {"trace": True} if name in ("cascade", "moe") else {}
+    parameters = {"trace": True}  # a router adds its trace outputs; a plain model has none
     tickets, lock, finished = itertools.count(), threading.Lock(), queue.Queue()
 
     def send(client: httpx.Client, start: int, rows: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
