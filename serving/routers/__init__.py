@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 from ray.serve.handle import DeploymentHandle
 
-from scaleforge.config.cli import import_object
+from scaleforge.config.cli import resolve
 from scaleforge.config.routers import RouterEntry
 from scaleforge.serving_contract import ModelInfo
 from serving.metrics import RoutingMetrics
@@ -64,8 +64,8 @@ class Router(Answers, Protocol):
 
 
 def build_router(entry: RouterEntry, models: ServedModels, metrics: RoutingMetrics) -> Router:
-    """The runtime router that ``entry.router`` names, built for this replica."""
-    return import_object(entry.router)(entry, models, models.infos[entry.name], metrics)
+    """The runtime router that ``entry.router`` names (or is), built for this replica."""
+    return resolve(entry.router)(entry, models, models.infos[entry.name], metrics)
 
 
 __all__ = ["Answers", "Router", "ServedModels", "build_router"]

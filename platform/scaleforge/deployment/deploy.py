@@ -21,7 +21,7 @@ from ray.serve.context import _get_global_client
 from ray.serve.schema import ApplicationStatus, ServeDeploySchema
 
 from scaleforge.artifacts import ArtifactError
-from scaleforge.config.cli import import_object
+from scaleforge.config.cli import import_object, resolve
 from scaleforge.config.loader import ConfigError
 from scaleforge.config.serve import ServeConfig
 from scaleforge.runtime import ensure_ray, joins_a_cluster, quiet_ray_loggers
@@ -45,7 +45,7 @@ def check_applications(cfg: ServeConfig) -> None:
             model_infos(app.args)
             import_object(app.import_path)
             for router in app.args.routers:
-                import_object(router.router)
+                resolve(router.router)
         except (ArtifactError, ImportError, ValueError) as err:
             raise AppCheckError(f"application {app.name!r}: {err}") from None
 

@@ -8,7 +8,7 @@ the library never imports ``serving``).
 """
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal, Union
 
 from pydantic import Field
 
@@ -40,8 +40,9 @@ class RouterEntry(_Section):
     name: str = Field(pattern=NAME_PATTERN)
     """Name in the URL: ``/v2/models/{name}``."""
 
-    router: ClassVar[str]
-    """Import path of the runtime router in ``serving/`` (``serving.routers.<kind>:<Class>``)."""
+    router: ClassVar[Union[str, type]]
+    """Import path of the runtime router in ``serving/`` (``serving.routers.<kind>:<Class>``), or the
+    class itself where the entry is defined beside it (outside the library)."""
     trace: ClassVar[tuple[TensorSpec, ...]] = ()
     """Outputs added when a request sets ``parameters.trace``."""
     parameters: ClassVar[dict[str, type]] = {}
