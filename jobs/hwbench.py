@@ -10,7 +10,7 @@ from typing import Optional, Sequence, Union
 
 from scaleforge.config import run_job
 from scaleforge.config.hwbench import HWBenchConfig
-from scaleforge.hardware import DeviceReport, format_reports, measure_cluster, write_reports
+from scaleforge.deployment.hardware import DeviceReport, format_reports, measure_cluster, write_reports
 from scaleforge.runtime import ensure_ray
 from scaleforge.storage import check_fields, describe
 

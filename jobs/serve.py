@@ -16,10 +16,10 @@ from scaleforge.config import ServeConfig, run_job
 def main(argv: Optional[Sequence[str]] = None) -> int:
     return run_job(
         ServeConfig,
-        "scaleforge.deploy:serve_until_interrupted",
+        "scaleforge.deployment.deploy:serve_until_interrupted",
         argv,
         prog="jobs.serve",
-        preflight="scaleforge.deploy:check_applications",
+        preflight="scaleforge.deployment.deploy:check_applications",
     )
 
 

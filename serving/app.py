@@ -1,14 +1,14 @@
-"""App builder for ``serve run configs/serve.yaml``: one V2 endpoint over models, cascades and MoE routers.
+"""App builder for ``serve run configs/serve.yaml``: one V2 endpoint over models and the routers over them.
 
 Every model is its own deployment (replicas, autoscaling and admission limits from config), except
 those marked ``in_ingress``, which run inside the ingress; the ingress holds the routers and a
-handle to each model deployment.
+handle to each model deployment (routers: ``serving/routers/``).
 """
 
 from ray.serve import Application
 
 from scaleforge.config.serve import ServeArgs
-from scaleforge.deploy import model_infos
+from scaleforge.serving_contract import model_infos
 from serving.ingress import V2Ingress
 from serving.models import ModelServer
 
@@ -23,7 +23,7 @@ def build_app(args: ServeArgs) -> Application:
     Raises:
         pydantic.ValidationError: malformed args.
         scaleforge.artifacts.ArtifactError: a model's artifact is missing or malformed.
-        ValueError: models that one cascade or MoE router combines disagree on shapes.
+        ValueError: models that one router combines disagree on shapes.
     """
     args = ServeArgs.model_validate(args)
     infos = model_infos(args)

@@ -1,4 +1,5 @@
-"""The ingress: the Open Inference Protocol (KServe V2) over FastAPI, and over gRPC, in front of every servable.
+"""The ingress: the Open Inference Protocol (KServe V2) over FastAPI, and over gRPC, in front of every
+served model and router.
 
 Routes: ``GET /v2``, ``/v2/health/live``, ``/v2/health/ready``, ``/v2/models/{name}``,
 ``/v2/models/{name}/ready``, ``POST /v2/models/{name}/infer``; OpenAPI at ``/openapi.json``.
@@ -13,7 +14,7 @@ import hmac
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -25,12 +26,10 @@ from ray.serve.handle import DeploymentHandle
 
 import scaleforge
 from scaleforge.config.serve import AuthSpec, ServeArgs
-from scaleforge.deploy import ModelInfo
+from scaleforge.serving_contract import ModelInfo
 from serving import binary, grpc_v2
-from serving.cascade import CascadeRouter
 from serving.metrics import RoutingMetrics
 from serving.models import CoalescingClient, InIngressModel, logits_tensor, predict
-from serving.moe import MoERouter
 from serving.protocol import (
     SERVER_TIMING,
     InferRequest,
@@ -42,6 +41,7 @@ from serving.protocol import (
     render,
     server_timing,
 )
+from serving.routers import Answers, ServedModels, build_router
 
 
 class PlainModel:
@@ -55,9 +55,6 @@ class PlainModel:
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         probs = logits_tensor(await self.client.predict(x)).softmax(dim=-1).numpy()
         return {"class": probs.argmax(axis=1).astype(np.int64), "probabilities": probs}, {}
-
-
-Servable = Union[PlainModel, CascadeRouter, MoERouter]
 
 
 # Helpers come before the deployment class: Serve serialises the class when it is decorated,
@@ -102,7 +99,7 @@ def _read_token(auth: AuthSpec) -> Optional[str]:
 app = FastAPI(
     title="scaleforge inference",
     version=scaleforge.__version__,
-    description="Open Inference Protocol (KServe V2) over HTTP: plain models, cascades and MoE routers.",
+    description="Open Inference Protocol (KServe V2) over HTTP: plain models and routers over them.",
 )
 
 
@@ -122,7 +119,8 @@ app.openapi = _openapi_with_tensor_schemas
 
 
 def _document_served_names(names: list[str]) -> None:
-    """List this app's model names in the OpenAPI ``{name}`` parameter (clients and fuzzers see what exists)."""
+    """List this app's served names in the OpenAPI ``{name}`` parameter (clients and fuzzers see what
+    exists)."""
     for operations in app.openapi()["paths"].values():
         for operation in operations.values():
             for parameter in operation.get("parameters", []):
@@ -139,7 +137,7 @@ async def _protocol_error(request: Request, err: ProtocolError) -> JSONResponse:
 @serve.deployment
 @serve.ingress(app)
 class V2Ingress:
-    """Validates requests, checks the token, and hands each to its model, cascade or MoE router."""
+    """Validates requests, checks the token, and hands each to its model or router."""
 
     async def __init__(
         self, args: ServeArgs, handles: dict[str, DeploymentHandle], infos: dict[str, ModelInfo]
@@ -155,19 +153,9 @@ class V2Ingress:
             name: CoalescingClient(handle, args.limits.max_batch_size) for name, handle in handles.items()
         }
         clients |= {m.name: InIngressModel(m) for m in args.models if m.in_ingress}
-        self.servables: dict[str, Servable] = {m.name: PlainModel(clients[m.name]) for m in args.models}
-        for cascade in args.cascades:
-            self.servables[cascade.name] = CascadeRouter(
-                cascade, [clients[s.model] for s in cascade.stages], metrics
-            )
-        for router in args.moe:
-            self.servables[router.name] = MoERouter(
-                router,
-                handles[router.gate],
-                [handles[e] for e in router.experts],
-                infos[router.experts[0]].num_classes,
-                metrics,
-            )
+        self.answers: dict[str, Answers] = {m.name: PlainModel(clients[m.name]) for m in args.models}
+        models = ServedModels(handles, clients, infos)
+        self.answers |= {r.name: build_router(r, models, metrics) for r in args.routers}
         _document_served_names(sorted(infos))
         await self._first_calls()
 
@@ -204,7 +192,7 @@ class V2Ingress:
     def metadata(self, name: str, request: Request) -> dict:
         self._authorize(request.headers.get("authorization"))
         info = self._info(name)
-        return model_metadata(name, info.kind, info.input_dim, info.num_classes, info.outputs)
+        return model_metadata(name, info)
 
     @app.get("/v2/models/{name}/ready")
     async def model_ready(self, name: str, request: Request) -> JSONResponse:
@@ -258,9 +246,9 @@ class V2Ingress:
         return response
 
     async def _answer(self, name: str, parsed: ParsedRequest) -> dict[str, Any]:
-        """The infer response of the servable ``name`` to a checked request."""
+        """The infer response of the model or router ``name`` to a checked request."""
         try:
-            outputs, summary = await self.servables[name].infer(parsed.x, parsed.parameters)
+            outputs, summary = await self.answers[name].infer(parsed.x, parsed.parameters)
         except (BackPressureError, RayActorError, ReplicaUnavailableError) as err:
             raise ProtocolError(
                 503, f"model '{name}' is overloaded or unavailable ({type(err).__name__}); retry later"
@@ -293,9 +281,7 @@ class V2Ingress:
             info = self._info(request.name)
         except ProtocolError as err:
             return grpc_v2.refuse(grpc_context, err, grpc_v2.pb.ModelMetadataResponse())
-        return grpc_v2.model_metadata_response(
-            model_metadata(request.name, info.kind, info.input_dim, info.num_classes, info.outputs)
-        )
+        return grpc_v2.model_metadata_response(model_metadata(request.name, info))
 
     async def ModelReady(self, request, grpc_context):  # noqa: N802
         try:
@@ -321,11 +307,8 @@ class V2Ingress:
         return self.infos[name]
 
     def _models_of(self, name: str) -> list[str]:
-        cascade = next((c for c in self.args.cascades if c.name == name), None)
-        if cascade:
-            return [s.model for s in cascade.stages]
-        router = next((r for r in self.args.moe if r.name == name), None)
-        return [router.gate, *router.experts] if router else [name]
+        router = self.args.router(name)
+        return router.models() if router else [name]
 
     def _authorize(self, authorization: Optional[str]) -> None:
         """``authorization``: the request's ``Authorization`` header (gRPC: its call metadata)."""

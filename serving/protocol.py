@@ -10,14 +10,18 @@ HTTP status and a message naming the problem, so the ingress never answers 500 f
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
+from scaleforge.config.routers import request_parameters
 from serving import binary
+
+if TYPE_CHECKING:
+    from scaleforge.serving_contract import ModelInfo
 
 PROTOCOL = "v2"
 INPUT_NAME = "input"
@@ -53,9 +57,9 @@ class RequestOutput(BaseModel):
 
 
 class InferRequest(BaseModel):
-    """``POST /v2/models/{name}/infer`` body. Routing options go in ``parameters``:
-    ``trace`` (bool), ``min_confidence`` (float, cascades), ``max_stage`` (int, cascades),
-    ``top_k`` (int, MoE routers)."""
+    """``POST /v2/models/{name}/infer`` body. Routing options go in ``parameters``: ``trace`` (bool)
+    and each router's own (``scaleforge.config.routers``: ``min_confidence`` and ``max_stage`` of a
+    cascade, ``top_k`` of an MoE router)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -212,7 +216,7 @@ def _json_values(tensor: RequestInput) -> np.ndarray:
         ) from None
 
 
-_PARAMETER_TYPES = {"trace": bool, "min_confidence": float, "max_stage": int, "top_k": int}
+_PARAMETER_TYPES = request_parameters()
 
 
 def _check_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
@@ -268,7 +272,8 @@ the HTTP proxy's hop and the network."""
 
 
 def server_timing(**durations_s: float) -> str:
-    """``Server-Timing`` of ``name=seconds`` pairs, in milliseconds: ``ingress;dur=1.234, model;dur=0.567``."""
+    """``Server-Timing`` of ``name=seconds`` pairs, in milliseconds: ``ingress;dur=1.234,
+    model;dur=0.567``."""
     return ", ".join(f"{name};dur={1e3 * seconds:.3f}" for name, seconds in durations_s.items())
 
 
@@ -325,22 +330,12 @@ def infer_response(
     return response
 
 
-def model_metadata(
-    name: str, kind: str, input_dim: int, num_classes: int, outputs: list[str]
-) -> dict[str, Any]:
+def model_metadata(name: str, info: "ModelInfo") -> dict[str, Any]:
     """``GET /v2/models/{name}``: the tensors a client sends and gets back."""
-    shapes = {
-        "class": ([-1], "INT64"),
-        "probabilities": ([-1, num_classes], "FP32"),
-        "stage": ([-1], "INT64"),
-        "confidence": ([-1], "FP32"),
-        "experts": ([-1, -1], "INT64"),
-        "fallback": ([-1, -1], "BOOL"),
-    }
     return {
         "name": name,
         "versions": ["1"],
-        "platform": f"scaleforge-{kind}",
-        "inputs": [{"name": INPUT_NAME, "datatype": "FP32", "shape": [-1, input_dim]}],
-        "outputs": [{"name": out, "datatype": shapes[out][1], "shape": shapes[out][0]} for out in outputs],
+        "platform": f"scaleforge-{info.kind}",
+        "inputs": [{"name": INPUT_NAME, "datatype": "FP32", "shape": [-1, info.input_dim]}],
+        "outputs": [{"name": o.name, "datatype": o.datatype, "shape": list(o.shape)} for o in info.outputs],
     }

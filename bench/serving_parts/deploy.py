@@ -1,14 +1,14 @@
 """The Serve apps of bench/serving.py, each on its own route: teacher-only, the cascade (student in the
 ingress, or as a deployment of its own), the bare stage-0 peer and the early-exit network.
 
-Every use of the serve config's shape (``build_app``'s models, cascades and ingress) and of the
+Every use of the serve config's shape (``build_app``'s models, routers and ingress) and of the
 library's deployment code is in this file."""
 
 from peers.serve_bare import BareModel
 from ray import serve
 from ray.serve.context import _get_global_client
 
-from scaleforge.deploy import direct_ingress_urls
+from scaleforge.deployment.deploy import direct_ingress_urls
 from serving.app import build_app
 from serving_parts.common import MODEL_PROCESSES, THREADS
 from serving_parts.early_exit import EarlyExitServer
@@ -25,8 +25,9 @@ def deploy(paths: dict[str, str], thresholds: dict[str, float]) -> None:
     student = {"name": "student", "artifact": paths["student"], **model, "batch_wait_timeout_s": 0.0}
     cascade = {
         "models": [{**student, "in_ingress": True}, teacher],
-        "cascades": [
+        "routers": [
             {
+                "kind": "cascade",
                 "name": "cascade",
                 "stages": [{"model": "student", "threshold": threshold}, {"model": "teacher"}],
             }

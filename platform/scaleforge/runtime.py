@@ -23,7 +23,8 @@ local Ray does not have."""
 SERVE_DIRECT_INGRESS = {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
 """Serve on an embedded Ray: each app's ingress replica also answers HTTP on a port of its own (on
 ``http_options.host``), next to the proxy, so that a client can skip the proxy's hop
-(:func:`scaleforge.deploy.direct_ingress_urls`; ``docs/serving.md``). Set it to 0 to turn it off."""
+(:func:`scaleforge.deployment.deploy.direct_ingress_urls`; ``docs/serving.md``). Set it to 0 to turn it
+off."""
 
 IDLE_WORKER_POOL = {
     "RAY_prestart_worker_first_driver": "0",

@@ -10,9 +10,9 @@ import pytest
 
 from scaleforge.artifacts import save_artifact
 from scaleforge.config.serve import ServeArgs
-from scaleforge.hardware import DeviceReport, read_reports, write_reports
+from scaleforge.deployment.hardware import DeviceReport, read_reports, write_reports
+from scaleforge.deployment.placement import ClusterHardware, node_selector, place_models
 from scaleforge.models import MLPSpec, build_model
-from scaleforge.placement import ClusterHardware, node_selector, place_models
 
 
 def _report(node_id, device="cpu", node_gpus=0.0):
@@ -30,7 +30,13 @@ def app_args(tmp_path_factory):
     models = {"student": [4], "teacher": [512, 256], "gate": [8], "helper": [16]}
     return ServeArgs(
         models=[{"name": n, "artifact": _artifact(root / n, h)} for n, h in models.items()],
-        cascades=[{"name": "c", "stages": [{"model": "student", "threshold": 0.9}, {"model": "teacher"}]}],
+        routers=[
+            {
+                "kind": "cascade",
+                "name": "c",
+                "stages": [{"model": "student", "threshold": 0.9}, {"model": "teacher"}],
+            }
+        ],
     )
 
 
@@ -50,7 +56,7 @@ def test_a_mixed_cluster_puts_the_cheap_stage_on_cpu_nodes_and_large_models_on_g
     # A lower size bar makes more models large; the cheap first stage may never be one of them.
     _, where = place_models(app_args, hardware, gpu_min_parameters=400)
     assert where["gate"] == "gpu" and where["helper"] == "gpu"
-    with pytest.raises(ValueError, match=r"\['student'\] are both a cascade's cheap first stage and large"):
+    with pytest.raises(ValueError, match=r"\['student'\] are both a router's cheap model"):
         place_models(app_args, hardware, gpu_min_parameters=10)
 
 

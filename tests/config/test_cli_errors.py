@@ -137,7 +137,7 @@ def test_preflights_import_none_of_rays_libraries():
     Train, Ray Data nor Ray Serve (Ray Train's import alone is 4 s of CPU here), nor matplotlib or torch's
     DTensor (0.8 s). Except jobs.serve's: it checks the config with Serve's own schema."""
     sources = "".join(path.read_text() for path in sorted((REPO / "jobs").glob("*.py")))
-    modules = sorted(set(re.findall(r'preflight="([\w.]+):\w+"', sources)) - {"scaleforge.deploy"})
+    modules = sorted(set(re.findall(r'preflight="([\w.]+):\w+"', sources)) - {"scaleforge.deployment.deploy"})
     assert {
         "scaleforge.train.preflight",
         "scaleforge.train.plan",

@@ -12,8 +12,8 @@ from conftest import REPO
 
 from jobs.hwbench import main, run_hwbench
 from scaleforge.config import HWBenchConfig, load_config
-from scaleforge.hardware import read_reports
-from scaleforge.placement import ClusterHardware
+from scaleforge.deployment.hardware import read_reports
+from scaleforge.deployment.placement import ClusterHardware
 
 # The plain loop runs as a Ray task as hwbench does (a worker process, at a worker's priority): the
 # suite's other worker competes for the cores, and both sides must meet it alike.

@@ -13,6 +13,7 @@ import jobs.pipeline
 from scaleforge.cluster import free_ports
 from scaleforge.config import PipelineConfig, ServeConfig, load_config
 from scaleforge.config.pipeline import STAGES
+from scaleforge.config.routers import MoEEntry
 from scaleforge.pipeline import Pipeline, Records
 from scaleforge.pipeline.base import StageContext
 from scaleforge.pipeline.records import CalibrateRecord, CompressRecord, MoERecord, ServeRecord, TrainRecord
@@ -107,7 +108,8 @@ def test_the_run_serve_config_serves_this_runs_artifacts(pipeline_cfg, tmp_path)
         "moe-gate": "/runs/moe/gate",
         **{f"moe-expert-{i}": e for i, e in enumerate(experts)},
     }
-    assert args.moe[0].experts == [f"moe-expert-{i}" for i in range(4)] and args.moe[0].top_k == 2
+    moe = args.routers_of(MoEEntry)[0]
+    assert moe.experts == [f"moe-expert-{i}" for i in range(4)] and moe.top_k == 2
     assert args.model("teacher").autoscaling.max_replicas == 2  # what configs/serve.yaml sets is kept
 
 

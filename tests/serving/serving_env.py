@@ -107,15 +107,15 @@ def serve_args(models: dict[str, str], *, threshold: float = 0.8, token_file: st
     entries = [{"name": role, "artifact": path, **small_deployment()} for role, path in models.items()]
     return {
         "models": entries,
-        "cascades": [
+        "routers": [
             {
+                "kind": "cascade",
                 "name": "cascade",
                 "measure": "max_prob",
                 "stages": [{"model": "student", "threshold": threshold}, {"model": "teacher"}],
-            }
-        ],
-        "moe": [
+            },
             {
+                "kind": "moe",
                 "name": "moe",
                 "gate": "moe-gate",
                 "experts": experts,
@@ -123,7 +123,7 @@ def serve_args(models: dict[str, str], *, threshold: float = 0.8, token_file: st
                 # 1 s was missed by a healthy expert on a loaded 2-core machine (the suite beside it)
                 "expert_timeout_s": 5.0,
                 "down_for_s": 30.0,
-            }
+            },
         ],
         "ingress": small_deployment(max_ongoing_requests=64),
         "auth": {"token_file": token_file} if token_file else {},

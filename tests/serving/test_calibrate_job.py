@@ -6,6 +6,7 @@ from serving_env import serve_args, trained_models
 
 import jobs.calibrate
 from scaleforge.config import ServeConfig, load_config
+from scaleforge.config.routers import CascadeEntry
 
 pytestmark = pytest.mark.slow  # trains the session's small models unless the HTTP tests already did
 
@@ -38,7 +39,7 @@ def test_calibrate_writes_thresholds_that_meet_the_target(tmp_path_factory, tmp_
     report = capsys.readouterr().out
     assert "held-out (2000 inputs)" in report
     config = load_config(ServeConfig, serve_path)
-    threshold = config.applications[0].args.cascades[0].stages[0].threshold
+    threshold = config.applications[0].args.routers_of(CascadeEntry)[0].stages[0].threshold
     assert 0.5 < threshold < 1.0
     assert serve_path.read_text().startswith(HEADER)
     accuracy, teacher = (float(v) for v in report.split("accuracy ")[1].split(" for")[0].split(" against "))
@@ -52,6 +53,8 @@ def test_escalation_budget_and_bad_config(tmp_path_factory, tmp_path, capsys):
     config = _calibrate_config(tmp_path, serve_path, target_escalation=0.25, output=str(out))
     assert jobs.calibrate.main(["--config", str(config)]) == 0
     assert "stage 1: 2" in capsys.readouterr().out  # about 25% handed on to the teacher
-    assert load_config(ServeConfig, out).applications[0].args.cascades[0].stages[0].threshold > 0
+    assert (
+        load_config(ServeConfig, out).applications[0].args.routers_of(CascadeEntry)[0].stages[0].threshold > 0
+    )
     assert jobs.calibrate.main(["--config", str(config), "--set", "max_accuracy_loss=-1"]) == 2
     assert "max_accuracy_loss: Input should be greater than or equal to 0" in capsys.readouterr().err

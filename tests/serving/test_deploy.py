@@ -10,7 +10,7 @@ from serving_env import free_port, running_serve, v2_body
 
 from scaleforge.config import ServeConfig
 from scaleforge.data import load_mnist1d
-from scaleforge.deploy import AppCheckError, deploy
+from scaleforge.deployment.deploy import AppCheckError, deploy
 from scaleforge.models import MLPSpec
 from scaleforge.quickfit import fit_and_save
 

@@ -24,8 +24,9 @@ def test_a_cascade_with_stage_0_in_the_ingress_answers_as_the_two_models_do(ray_
             {"name": "student", "artifact": models["student"], "in_ingress": True},
             {"name": "teacher", "artifact": models["teacher"], **small_deployment()},
         ],
-        "cascades": [
+        "routers": [
             {
+                "kind": "cascade",
                 "name": "cascade",
                 "stages": [{"model": "student", "threshold": THRESHOLD}, {"model": "teacher"}],
             }

@@ -23,7 +23,7 @@ from scaleforge.artifacts.servable import load_servable
 from scaleforge.cluster import LocalHead
 from scaleforge.config import ServeConfig
 from scaleforge.data import load_mnist1d
-from scaleforge.deploy import direct_ingress_urls
+from scaleforge.deployment.deploy import direct_ingress_urls
 from scaleforge.models import MLPSpec, MoESpec
 from scaleforge.quickfit import fit_and_save, fit_classifier
 from scaleforge.storage import join
@@ -126,7 +126,7 @@ def test_serve_deploy_serves_configs_serve_yaml_from_the_bucket_with_the_install
     args["models"] = [
         {**m, "artifact": artifacts[m["name"]]} for m in args["models"] if m["name"] in artifacts
     ]
-    args["moe"][0]["experts"] = ["moe-expert-0", "moe-expert-1"]
+    next(r for r in args["routers"] if r["kind"] == "moe")["experts"] = ["moe-expert-0", "moe-expert-1"]
     ServeConfig.model_validate(config)
     (tmp_path / "serve.yaml").write_text(yaml.safe_dump(config))
 

@@ -27,33 +27,51 @@ def _args(**changes):
     "changes,message",
     [
         (
-            {"cascades": [{"name": "c", "stages": [{"model": "student"}, {"model": "teacher"}]}]},
+            {
+                "routers": [
+                    {"kind": "cascade", "name": "c", "stages": [{"model": "student"}, {"model": "teacher"}]}
+                ]
+            },
             "stage 0 (student) needs a threshold",
         ),
         (
             {
-                "cascades": [
-                    {"name": "c", "stages": [{"model": "student", "threshold": 0.5}, {"model": "ghost"}]}
+                "routers": [
+                    {
+                        "kind": "cascade",
+                        "name": "c",
+                        "stages": [{"model": "student", "threshold": 0.5}, {"model": "ghost"}],
+                    }
                 ]
             },
             "cascade 'c' names models that are not served: ghost",
         ),
         (
-            {"moe": [{"name": "m", "gate": "moe-gate", "experts": ["moe-expert-0"], "top_k": 2}]},
+            {
+                "routers": [
+                    {"kind": "moe", "name": "m", "gate": "moe-gate", "experts": ["moe-expert-0"], "top_k": 2}
+                ]
+            },
             "top_k (2) exceeds the number of experts (1)",
         ),
         (
             {
-                "cascades": [
+                "routers": [
                     {
+                        "kind": "cascade",
                         "name": "teacher",
                         "stages": [{"model": "student", "threshold": 0.5}, {"model": "teacher"}],
                     }
                 ]
             },
-            "names must be unique across models, cascades and moe: teacher",
+            "names must be unique across models and routers: teacher",
         ),
         ({"auth": {"token_env": "A", "token_file": "b"}}, "give token_env or token_file, not both"),
+        (
+            {"routers": [{"kind": "generator", "name": "g"}]},
+            "Input tag 'generator' found using 'kind' does not match any of the expected tags: "
+            "'cascade', 'moe'",
+        ),
     ],
 )
 def test_args_errors_name_the_problem(changes, message):

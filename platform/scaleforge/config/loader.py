@@ -120,6 +120,9 @@ def _describe(err: ValidationError, raw: dict) -> list[str]:
         elif error["type"] == "union_tag_invalid":
             message = f"unknown name {error['ctx']['tag']!r}; choose one of {error['ctx']['expected_tags']}"
             field = f"{field}.{error['ctx']['discriminator'].strip(chr(39))}"
+        elif error["type"] == "union_tag_not_found":
+            message = "missing"
+            field = f"{field}.{error['ctx']['discriminator'].strip(chr(39))}"
         elif error["type"] not in ("missing",) and not isinstance(error.get("input"), (dict, list)):
             message += f" (got {error['input']!r})"
         lines.append(f"{field}: {message}" if field else message)
@@ -130,8 +133,8 @@ def _field_path(loc: tuple, raw: Any) -> list[str]:
     """The user's dotted path: drops the tag that pydantic inserts for discriminated unions."""
     parts, node = [], raw
     for item in loc:
-        if isinstance(node, dict) and item not in node and node.get("name") == item:
-            continue  # pydantic's union tag, not a key the user wrote
+        if isinstance(node, dict) and item not in node and item in node.values():
+            continue  # pydantic's union tag (the value of its discriminator), not a key the user wrote
         parts.append(str(item))
         node = node.get(item) if isinstance(node, dict) else None
     return parts

@@ -43,7 +43,7 @@ class QuerySpec(_Section):
 
 
 class PlacementSpec(_Section):
-    """Hardware-aware placement of the served models (see ``scaleforge.placement``)."""
+    """Hardware-aware placement of the served models (see ``scaleforge.deployment.placement``)."""
 
     enabled: bool = True
     hwbench: Optional[str] = None

@@ -6,14 +6,15 @@ Ray passes to the app builder ``serving.app:build_app``.
 """
 
 import math
-from typing import Literal, Optional
+from typing import Literal, Optional, TypeVar
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from scaleforge.config.deployment import DeploymentSpec
+from scaleforge.config.routers import NAME_PATTERN, RouterEntries, RouterEntry
 from scaleforge.config.schema import _Section
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+Entry = TypeVar("Entry", bound=RouterEntry)
 
 
 class ModelEntry(DeploymentSpec):
@@ -22,7 +23,8 @@ class ModelEntry(DeploymentSpec):
     name: str = Field(pattern=NAME_PATTERN)
     """Model name in the URL: ``/v2/models/{name}``."""
     artifact: str
-    """Artifact folder (``manifest.json`` + ``model.safetensors``), or its URI (read through the node's cache)."""
+    """Artifact folder (``manifest.json`` + ``model.safetensors``), or its URI (read through the node's
+    cache)."""
     max_batch_size: PositiveInt = 8
     """Requests that ``@serve.batch`` merges into one forward pass (at most ``max_ongoing_requests``:
     a replica never holds more requests than that at once)."""
@@ -51,67 +53,6 @@ class ModelEntry(DeploymentSpec):
                 f"model {self.name!r}: max_batch_size ({self.max_batch_size}) exceeds max_ongoing_requests "
                 f"({self.max_ongoing_requests}); a replica never holds that many requests, raise "
                 "max_ongoing_requests or lower max_batch_size"
-            )
-        return self
-
-
-class CascadeStageEntry(_Section):
-    model: str
-    """A served model's name."""
-    threshold: Optional[float] = Field(default=None, ge=0.0)
-    """Inputs whose confidence is below this go on to the next stage; the last stage has none.
-    ``jobs.calibrate`` writes it. ``.inf`` sends everything on."""
-
-
-class CascadeEntry(_Section):
-    """Ordered stages, cheapest first; each input stops at the first confident stage."""
-
-    name: str = Field(pattern=NAME_PATTERN)
-    measure: Literal["max_prob", "margin", "entropy"] = "max_prob"
-    """Confidence measure (see ``scaleforge.routing.confidence``)."""
-    stages: list[CascadeStageEntry] = Field(min_length=2)
-
-    @model_validator(mode="after")
-    def _thresholds(self) -> "CascadeEntry":
-        for index, stage in enumerate(self.stages[:-1]):
-            if stage.threshold is None:
-                raise ValueError(
-                    f"cascade {self.name!r}: stage {index} ({stage.model}) needs a threshold "
-                    "(run jobs.calibrate, or set one)"
-                )
-        if self.stages[-1].threshold is not None:
-            raise ValueError(f"cascade {self.name!r}: the last stage always answers; remove its threshold")
-        return self
-
-    @property
-    def thresholds(self) -> list[float]:
-        return [stage.threshold for stage in self.stages[:-1]]
-
-
-class MoEEntry(_Section):
-    """A gate model picks top-k expert models per input; their outputs are combined by the gate's weights."""
-
-    name: str = Field(pattern=NAME_PATTERN)
-    gate: str
-    """The served gate model (outputs one logit per expert)."""
-    experts: list[str] = Field(min_length=1)
-    """Served expert models, in the gate's expert order."""
-    top_k: PositiveInt = 2
-    """Default experts per input (a request may override it)."""
-    combine: Literal["topk", "noisy_topk", "gumbel"] = "topk"
-    """The gate family the experts were trained with (how the weights are formed)."""
-    capacity: PositiveInt = 8
-    """Ongoing requests per expert (per router replica) before it counts as saturated."""
-    expert_timeout_s: PositiveFloat = 2.0
-    """An expert that has not answered in this time counts as down; its inputs fall back."""
-    down_for_s: NonNegativeFloat = 5.0
-    """How long a failed expert is skipped before it is tried again."""
-
-    @model_validator(mode="after")
-    def _k(self) -> "MoEEntry":
-        if self.top_k > len(self.experts):
-            raise ValueError(
-                f"moe {self.name!r}: top_k ({self.top_k}) exceeds the number of experts ({len(self.experts)})"
             )
         return self
 
@@ -148,29 +89,28 @@ class ServeArgs(_Section):
     """Args of ``serving.app:build_app``: what one V2 endpoint serves."""
 
     models: list[ModelEntry] = Field(min_length=1)
-    cascades: list[CascadeEntry] = Field(default_factory=list)
-    moe: list[MoEEntry] = Field(default_factory=list)
+    routers: list[RouterEntries] = Field(default_factory=list)
+    """Served names that answer by calling the models: each entry's ``kind`` says which router
+    (``cascade``, ``moe``; see ``scaleforge.config.routers``)."""
     ingress: DeploymentSpec = Field(default_factory=lambda: DeploymentSpec(max_ongoing_requests=64))
     auth: AuthSpec = Field(default_factory=AuthSpec)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
 
     @model_validator(mode="after")
     def _references(self) -> "ServeArgs":
-        names = [m.name for m in self.models] + [c.name for c in self.cascades] + [r.name for r in self.moe]
+        names = [m.name for m in self.models] + [r.name for r in self.routers]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError(f"names must be unique across models, cascades and moe: {', '.join(duplicates)}")
-        models = {m.name for m in self.models}
-        for cascade in self.cascades:
-            self._known(models, [s.model for s in cascade.stages], f"cascade {cascade.name!r}")
-        for router in self.moe:
-            self._known(models, [router.gate, *router.experts], f"moe {router.name!r}")
-            inside = [name for name in [router.gate, *router.experts] if self.model(name).in_ingress]
-            if inside:
+            raise ValueError(f"names must be unique across models and routers: {', '.join(duplicates)}")
+        served = {m.name: m for m in self.models}
+        for router in self.routers:
+            missing = [name for name in router.models() if name not in served]
+            if missing:
                 raise ValueError(
-                    f"moe {router.name!r}: {', '.join(inside)} set in_ingress; a router calls its gate and "
-                    "experts as deployments (each with its own timeout and fallback)"
+                    f"{router.describe()} names models that are not served: {', '.join(missing)} "
+                    f"(served: {', '.join(sorted(served))})"
                 )
+            router.check_models(served)
         for model in self.models:
             if model.in_ingress and model.num_gpus:
                 raise ValueError(
@@ -179,17 +119,16 @@ class ServeArgs(_Section):
                 )
         return self
 
-    @staticmethod
-    def _known(models: set[str], wanted: list[str], owner: str) -> None:
-        missing = [name for name in wanted if name not in models]
-        if missing:
-            raise ValueError(
-                f"{owner} names models that are not served: {', '.join(missing)} "
-                f"(served: {', '.join(sorted(models))})"
-            )
-
     def model(self, name: str) -> ModelEntry:
         return next(m for m in self.models if m.name == name)
+
+    def router(self, name: str) -> Optional[RouterEntry]:
+        """The router served as ``name`` (None: ``name`` is a model, or nothing)."""
+        return next((r for r in self.routers if r.name == name), None)
+
+    def routers_of(self, kind: type[Entry]) -> list[Entry]:
+        """The routers of one kind (its entry class), in config order."""
+        return [r for r in self.routers if isinstance(r, kind)]
 
     @property
     def cpus_asked(self) -> float:
@@ -213,7 +152,8 @@ class GrpcOptions(_Section):
     """Port of Serve's gRPC proxy. Ray 2.60 binds it on every interface ([::]), not only 127.0.0.1: turn
     gRPC on where the node's firewall keeps the port private, or with ``auth`` set."""
     grpc_servicer_functions: list[str] = Field(default_factory=lambda: [KSERVE_V2_SERVICER], min_length=1)
-    """Import paths of the ``add_*Servicer_to_server`` functions Serve serves; the ingress answers KServe V2's."""
+    """Import paths of the ``add_*Servicer_to_server`` functions Serve serves; the ingress answers
+    KServe V2's."""
 
 
 class ServeApplication(_Section):

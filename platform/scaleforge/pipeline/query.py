@@ -56,7 +56,7 @@ def query_model(
     as its last one is answered, for one pass over the inputs or ``spec.seconds`` if longer; accuracy
     (over the first pass), latency, throughput and routing shares. ``urls``: the endpoint's base URLs
     (the proxy, or each ingress replica's own), the clients spread over them."""
-    parameters = {"trace": True} if name in ("cascade", "moe") else {}
+    parameters = {"trace": True}  # a router adds its trace outputs; a plain model has none
     requests = [
         infer_request(
             f"/v2/models/{name}/infer",

@@ -11,8 +11,8 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from scaleforge.data import DataSpec
-from scaleforge.hardware import DeviceReport
-from scaleforge.placement import Placed
+from scaleforge.deployment.hardware import DeviceReport
+from scaleforge.deployment.placement import Placed
 
 
 class StageRecord(BaseModel):

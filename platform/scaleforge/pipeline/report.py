@@ -5,6 +5,7 @@ import torch
 from scaleforge.artifacts.servable import load_servable
 from scaleforge.compress.report import slim_sentence
 from scaleforge.config import ServeConfig, load_config
+from scaleforge.config.routers import CascadeEntry
 from scaleforge.pipeline.query import test_set
 from scaleforge.pipeline.records import Placement, Records, ServedModelResult
 from scaleforge.routing.cascade import simulate_cascade
@@ -74,7 +75,8 @@ def placement_line(placement: Placement) -> str:
 
 
 def write_report(records: Records, folder: str) -> str:
-    """``report.md`` and its plots in ``folder`` (a local folder or a URI); returns the markdown's location."""
+    """``report.md`` and its plots in ``folder`` (a local folder or a URI); returns the markdown's
+    location."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -139,7 +141,7 @@ def _sync_vs_async(records: Records, path: str) -> None:
 def _cascade_curve(records: Records, path: str) -> None:
     """Every threshold's accuracy and escalation share on the test set, the calibrated one marked."""
     app = load_config(ServeConfig, records.calibrate.serve_config).applications[0].args
-    cascade = app.cascades[0]
+    cascade = app.routers_of(CascadeEntry)[0]
     models = [load_servable(app.model(stage.model).artifact).module for stage in cascade.stages]
     x, y = (torch.from_numpy(a) for a in test_set(records.calibrate))
     with torch.inference_mode():

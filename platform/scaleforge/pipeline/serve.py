@@ -48,7 +48,7 @@ class ServeStage(PipelineStage):
             time.sleep(1.0)
 
     def run(self, ctx: StageContext) -> ServeRecord:
-        from scaleforge.deploy import deploy, running_direct_ingress_urls
+        from scaleforge.deployment.deploy import deploy, running_direct_ingress_urls
 
         cfg = load_config(ServeConfig, ctx.records.calibrate.serve_config)
         app = cfg.applications[0]
@@ -100,8 +100,8 @@ def _loaded_from(app: str, args: ServeArgs) -> dict[str, LoadedFrom]:
 
 def _place(ctx: StageContext, args: ServeArgs) -> tuple[ServeArgs, Placement]:
     """Measure the cluster (or read ``placement.hwbench``) and place the app's models by it."""
-    from scaleforge.hardware import measure_cluster, read_reports
-    from scaleforge.placement import ClusterHardware, place_models
+    from scaleforge.deployment.hardware import measure_cluster, read_reports
+    from scaleforge.deployment.placement import ClusterHardware, place_models
 
     spec = ctx.cfg.placement
     if not spec.enabled:

@@ -18,6 +18,7 @@ from scaleforge.config import (
     load_config,
 )
 from scaleforge.config.pipeline import StageSpec
+from scaleforge.config.routers import MoEEntry
 from scaleforge.pipeline.base import PipelineStage, StageContext
 from scaleforge.pipeline.records import (
     AsyncRun,
@@ -115,7 +116,8 @@ class MoEStage(PipelineStage):
 
 
 class CalibrateStage(PipelineStage):
-    """The Serve config for this run's artifacts, with the cascade's thresholds calibrated on validation data."""
+    """The Serve config for this run's artifacts, with the cascade's thresholds calibrated on validation
+    data."""
 
     name = "calibrate"
     record = CalibrateRecord
@@ -191,9 +193,11 @@ def write_serve_config(ctx: StageContext) -> Union[Path, str]:
         )
     routers = [
         r.model_copy(update={"experts": [f"moe-expert-{i}" for i in range(len(experts))]})
-        for r in app.args.moe
+        if isinstance(r, MoEEntry)
+        else r
+        for r in app.args.routers
     ]
-    args = app.args.model_copy(update={"models": models, "moe": routers})
+    args = app.args.model_copy(update={"models": models, "routers": routers})
     cfg = cfg.model_copy(
         update={"applications": [app.model_copy(update={"args": args}), *cfg.applications[1:]]}
     )

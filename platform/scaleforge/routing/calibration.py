@@ -18,7 +18,8 @@ import yaml
 from scaleforge.artifacts.servable import load_servable
 from scaleforge.config.calibrate import CalibrateConfig
 from scaleforge.config.loader import ConfigError
-from scaleforge.config.serve import CascadeEntry, ServeConfig, finite_or_inf
+from scaleforge.config.routers import CascadeEntry
+from scaleforge.config.serve import ServeConfig, finite_or_inf
 from scaleforge.data import load_arrays
 from scaleforge.data.preflight import check_files
 from scaleforge.routing.cascade import calibrate_thresholds, simulate_cascade
@@ -41,8 +42,9 @@ class CalibrationResult:
         shares = ", ".join(f"stage {i}: {share:.1%}" for i, share in enumerate(self.answered_per_stage))
         return (
             f"cascade '{self.cascade}': thresholds {self.thresholds}\n"
-            f"held-out ({self.held_out} inputs): accuracy {self.accuracy:.4f} against {self.last_stage_accuracy:.4f} "
-            f"for the last stage alone ({100 * (self.accuracy - self.last_stage_accuracy):+.2f} points); "
+            f"held-out ({self.held_out} inputs): accuracy {self.accuracy:.4f} against "
+            f"{self.last_stage_accuracy:.4f} for the last stage alone "
+            f"({100 * (self.accuracy - self.last_stage_accuracy):+.2f} points); "
             f"answered at {shares}\nwritten to {self.written_to}"
         )
 
@@ -81,7 +83,7 @@ def calibrate_cascade(cfg: CalibrateConfig) -> CalibrationResult:
     thresholds = [finite_or_inf(t) for t in thresholds]
     result = simulate_cascade(probs[1], thresholds, cascade.measure)
     for stage, threshold in zip(
-        raw["applications"][app_index]["args"]["cascades"][cascade_index]["stages"], thresholds
+        raw["applications"][app_index]["args"]["routers"][cascade_index]["stages"], thresholds
     ):
         stage["threshold"] = threshold
     ServeConfig.model_validate(raw)
@@ -109,16 +111,18 @@ def _find_cascade(serve_cfg: ServeConfig, cfg: CalibrateConfig) -> tuple[int, in
             f"application: no app {cfg.application!r} in {cfg.serve_config} "
             f"(apps: {', '.join(a.name for a in apps)})"
         )
-    cascades = apps[app_index].args.cascades
+    routers = apps[app_index].args.routers
+    cascades = [i for i, r in enumerate(routers) if isinstance(r, CascadeEntry)]
     if not cascades:
         raise ValueError(f"application {apps[app_index].name!r} in {cfg.serve_config} has no cascade")
-    names = [c.name for c in cascades]
+    names = [routers[i].name for i in cascades]
     if cfg.cascade and cfg.cascade not in names:
         raise ValueError(
-            f"cascade: no cascade {cfg.cascade!r} in app {apps[app_index].name!r} (cascades: {', '.join(names)})"
+            f"cascade: no cascade {cfg.cascade!r} in app {apps[app_index].name!r} "
+            f"(cascades: {', '.join(names)})"
         )
-    index = names.index(cfg.cascade) if cfg.cascade else 0
-    return app_index, index, cascades[index]
+    index = cascades[names.index(cfg.cascade)] if cfg.cascade else cascades[0]
+    return app_index, index, routers[index]
 
 
 def split_rows(count: int, calibration_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -149,5 +153,5 @@ def _header(path: str) -> str:
     """The config's leading comment lines (the command that runs it), kept on rewrite."""
     lines = read_text(path).splitlines(keepends=True)
     return "".join(
-        line for line in lines[: next((i for i, l in enumerate(lines) if not l.startswith("#")), 0)]
+        line for line in lines[: next((i for i, text in enumerate(lines) if not text.startswith("#")), 0)]
     )

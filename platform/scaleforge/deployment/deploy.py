@@ -1,4 +1,5 @@
-"""Deploy a validated Serve config (``configs/serve.yaml``): check every app, then start Serve and run each app.
+"""Deploy a validated Serve config (``configs/serve.yaml``): check every app, then start Serve and run
+each app.
 
 What ``python -m jobs.serve`` and the main job's serve stage do. Every app's artifacts and shapes
 are checked from their manifests before Ray starts (:func:`check_applications`). An embedded Ray
@@ -11,7 +12,6 @@ modules themselves (``serving/``) are never imported by name here.
 import math
 import signal
 import time
-from dataclasses import dataclass
 
 import httpx
 import ray
@@ -21,59 +21,21 @@ from ray.serve.context import _get_global_client
 from ray.serve.schema import ApplicationStatus, ServeDeploySchema
 
 from scaleforge.artifacts import ArtifactError
-from scaleforge.artifacts.servable import servable_shapes
-from scaleforge.config.cli import import_object
+from scaleforge.config.cli import import_object, resolve
 from scaleforge.config.loader import ConfigError
-from scaleforge.config.serve import ServeArgs, ServeConfig
+from scaleforge.config.serve import ServeConfig
 from scaleforge.runtime import ensure_ray, joins_a_cluster, quiet_ray_loggers
+from scaleforge.serving_contract import model_infos
 
 
 class AppCheckError(ConfigError):
-    """An application cannot be served: an artifact is missing or malformed, or its models' shapes disagree."""
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the ingress knows about a served name before calling anything."""
-
-    kind: str
-    input_dim: int
-    num_classes: int
-
-    @property
-    def outputs(self) -> list[str]:
-        trace = {"cascade": ["stage", "confidence"], "moe": ["experts", "fallback"]}.get(self.kind, [])
-        return ["class", "probabilities", *trace]
-
-
-def model_infos(args: ServeArgs) -> dict[str, ModelInfo]:
-    """Shapes of every served name, read from the artifacts' manifests (no weights loaded).
-
-    Raises:
-        scaleforge.artifacts.ArtifactError: a model's artifact is missing or malformed.
-        ValueError: models that one cascade or MoE router combines disagree on shapes.
-    """
-    infos = {m.name: ModelInfo("model", *servable_shapes(m.artifact)) for m in args.models}
-    for cascade in args.cascades:
-        stages = [infos[s.model] for s in cascade.stages]
-        _same_shapes(f"cascade {cascade.name!r}", [s.model for s in cascade.stages], stages)
-        infos[cascade.name] = ModelInfo("cascade", stages[0].input_dim, stages[0].num_classes)
-    for router in args.moe:
-        experts = [infos[e] for e in router.experts]
-        _same_shapes(f"moe {router.name!r}", router.experts, experts)
-        gate = infos[router.gate]
-        if gate.num_classes != len(router.experts) or gate.input_dim != experts[0].input_dim:
-            raise ValueError(
-                f"moe {router.name!r}: gate '{router.gate}' maps {gate.input_dim} features to "
-                f"{gate.num_classes} scores; it needs {experts[0].input_dim} features and one score "
-                f"per expert ({len(router.experts)})"
-            )
-        infos[router.name] = ModelInfo("moe", experts[0].input_dim, experts[0].num_classes)
-    return infos
+    """An application cannot be served: an artifact is missing or malformed, or its models' shapes
+    disagree."""
 
 
 def check_applications(cfg: ServeConfig) -> None:
-    """Every app's artifacts and shapes, and that its ``import_path`` imports; no Ray resource is touched.
+    """Every app's artifacts and shapes, and that its ``import_path`` and its routers' runtime classes
+    import; no Ray resource is touched.
 
     Raises:
         AppCheckError: one line naming the application and the problem.
@@ -82,6 +44,8 @@ def check_applications(cfg: ServeConfig) -> None:
         try:
             model_infos(app.args)
             import_object(app.import_path)
+            for router in app.args.routers:
+                resolve(router.router)
         except (ArtifactError, ImportError, ValueError) as err:
             raise AppCheckError(f"application {app.name!r}: {err}") from None
 
@@ -247,13 +211,3 @@ def direct_ingress_urls(details: dict) -> dict[str, list[str]]:
 def running_direct_ingress_urls() -> dict[str, list[str]]:
     """:func:`direct_ingress_urls` of the Serve this process deployed to."""
     return direct_ingress_urls(_get_global_client().get_serve_details())
-
-
-def _same_shapes(owner: str, names: list[str], infos: list[ModelInfo]) -> None:
-    first = infos[0]
-    for name, info in zip(names, infos):
-        if (info.input_dim, info.num_classes) != (first.input_dim, first.num_classes):
-            raise ValueError(
-                f"{owner}: model '{name}' maps {info.input_dim} features to {info.num_classes} classes, "
-                f"'{names[0]}' maps {first.input_dim} to {first.num_classes}"
-            )

@@ -12,30 +12,25 @@ from typing import Any
 
 import numpy as np
 import torch
-from ray.serve.handle import DeploymentHandle
 
-from scaleforge.config.serve import MoEEntry
+from scaleforge.config.routers import MoEEntry
 from scaleforge.routing import NoExpertAvailable, choose_experts, combine_outputs, uncomputed_experts
+from scaleforge.serving_contract import ModelInfo
 from serving.metrics import RoutingMetrics
 from serving.models import logits_tensor, predict
 from serving.protocol import ProtocolError
+from serving.routers import ServedModels
 
 
 class MoERouter:
     """Top-k routing over expert deployments with fallback to the next-best expert."""
 
-    def __init__(
-        self,
-        entry: MoEEntry,
-        gate: DeploymentHandle,
-        experts: list[DeploymentHandle],
-        num_classes: int,
-        metrics: RoutingMetrics,
-    ):
-        self.entry, self.gate, self.experts = entry, gate, experts
-        self.num_classes, self.metrics = num_classes, metrics
-        self.ongoing = [0] * len(experts)
-        self.down_until = [0.0] * len(experts)
+    def __init__(self, entry: MoEEntry, models: ServedModels, info: ModelInfo, metrics: RoutingMetrics):
+        self.entry, self.metrics, self.num_classes = entry, metrics, info.num_classes
+        self.gate = models.handle(entry.gate)
+        self.experts = [models.handle(name) for name in entry.experts]
+        self.ongoing = [0] * len(self.experts)
+        self.down_until = [0.0] * len(self.experts)
 
     def available(self) -> torch.Tensor:
         """[num_experts] bool: neither saturated nor recently failed."""

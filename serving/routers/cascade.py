@@ -12,20 +12,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from scaleforge.config.serve import CascadeEntry
+from scaleforge.config.routers import CascadeEntry
 from scaleforge.routing import confidence, escalate
+from scaleforge.serving_contract import ModelInfo
 from serving.metrics import RoutingMetrics
-from serving.models import CoalescingClient, InIngressModel, logits_tensor
+from serving.models import logits_tensor
 from serving.protocol import ProtocolError
+from serving.routers import ServedModels
 
 
 class CascadeRouter:
     """Sends each input through the stages until one is confident enough."""
 
-    def __init__(
-        self, entry: CascadeEntry, stages: "list[CoalescingClient | InIngressModel]", metrics: RoutingMetrics
-    ):
-        self.entry, self.stages, self.metrics = entry, stages, metrics
+    def __init__(self, entry: CascadeEntry, models: ServedModels, info: ModelInfo, metrics: RoutingMetrics):
+        self.entry, self.metrics = entry, metrics
+        self.stages = [models.client(name) for name in entry.models()]
 
     def thresholds(self, parameters: dict[str, Any]) -> list[float]:
         """Per-stage thresholds for this request: ``min_confidence`` overrides the calibrated ones."""

@@ -1,10 +1,11 @@
 """Hardware-aware placement of served models, decided from ``jobs.hwbench``'s measurements.
 
-On a cluster with both CPU-only and GPU nodes, a cascade's first stage (small, often int8: a
-CPU kernel) runs on the CPU nodes, where most inputs are answered cheaply, and the large models
-(the cascade's last stage, anything above a parameter count) run on the GPU nodes with a share
-of a GPU each. Placement uses Ray's label selectors on the built-in ``ray.io/node-id`` label, so
-the choice follows the nodes that ``jobs.hwbench`` measured. On a cluster of one kind (this
+On a cluster with both CPU-only and GPU nodes, the models a router would rather run on CPU (a
+cascade's first stage: small, often int8, a CPU kernel, answering most inputs cheaply) go to the
+CPU nodes, and the large models (those a router marks for GPU, such as a cascade's last stage, and
+anything above a parameter count) to the GPU nodes with a share of a GPU each. Placement uses
+Ray's label selectors on the built-in ``ray.io/node-id`` label, so the choice follows the nodes
+that ``jobs.hwbench`` measured. On a cluster of one kind (this
 machine) nothing changes: Ray's default placement is already right.
 """
 
@@ -13,7 +14,7 @@ from typing import Iterable, Literal
 
 from scaleforge.artifacts.store import read_manifest
 from scaleforge.config.serve import ServeArgs
-from scaleforge.hardware import DeviceReport
+from scaleforge.deployment.hardware import DeviceReport
 
 NODE_ID_LABEL = "ray.io/node-id"
 Placed = Literal["cpu", "gpu", "any"]
@@ -60,20 +61,22 @@ def place_models(
     """The Serve app ``args`` with each model's placement for ``hardware``.
 
     Returns:
-        (new args, {model name: "cpu" | "gpu" | "any"}). A cascade's first stage goes to the CPU
-        nodes; each cascade's last stage, and every model with at least ``gpu_min_parameters``
-        weights, to the GPU nodes (``gpu_share`` of a GPU per replica). The rest, and every model on
-        a cluster of one kind, is left to Ray (then ``args`` itself comes back).
+        (new args, {model name: "cpu" | "gpu" | "any"}). The models a router hints for CPU (a
+        cascade's first stage) go to the CPU nodes; those it hints for GPU (a cascade's last stage),
+        and every model with at least ``gpu_min_parameters`` weights, to the GPU nodes
+        (``gpu_share`` of a GPU per replica). The rest, and every model on a cluster of one kind,
+        is left to Ray (then ``args`` itself comes back).
     """
     if not hardware.mixed:
         return args, {m.name: "any" for m in args.models}
-    cheap = {c.stages[0].model for c in args.cascades}
-    large = {c.stages[-1].model for c in args.cascades}
+    hints = [(model, where) for router in args.routers for model, where in router.placement_hints().items()]
+    cheap = {model for model, where in hints if where == "cpu"}
+    large = {model for model, where in hints if where == "gpu"}
     large |= {m.name for m in args.models if _parameters(m.artifact) >= gpu_min_parameters}
     if cheap & large:
         raise ValueError(
-            f"models {sorted(cheap & large)} are both a cascade's cheap first stage and large; "
-            "raise gpu_min_parameters or serve another first stage"
+            f"models {sorted(cheap & large)} are both a router's cheap model (a cascade's first stage) "
+            "and large; raise gpu_min_parameters or serve another first stage"
         )
     placed, where = [], {}
     for model in args.models:

@@ -1,0 +1,84 @@
+"""What every router declares: the contract half of a router, torch-free, read by config and deployment.
+
+A router is a served name that answers by calling other served models (a cascade, an MoE router).
+Its config entry says which models it calls, which trace outputs and request parameters it has,
+what shape it serves and where its models would rather run; ``serving/routers/`` holds the code
+that answers, named by :attr:`RouterEntry.router` (an import path, as an app's ``import_path``:
+the library never imports ``serving``).
+"""
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal, Union
+
+from pydantic import Field
+
+from scaleforge.config.schema import _Section
+
+if TYPE_CHECKING:
+    from scaleforge.config.serve import ModelEntry
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+Shapes = tuple[int, int]
+"""(input_dim, num_classes) of a served name."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """An output tensor of a served name, as ``GET /v2/models/{name}`` lists it (-1: any size)."""
+
+    name: str
+    datatype: Literal["INT64", "FP32", "BOOL"]
+    shape: tuple[int, ...]
+
+
+class RouterEntry(_Section):
+    """A router's entry in ``routers:``. A router kind subclasses this with ``kind: Literal["<kind>"]``,
+    its fields, and the class variables below, and is registered in :mod:`scaleforge.config.routers`."""
+
+    kind: str
+    """The router kind (one of the registered kinds)."""
+    name: str = Field(pattern=NAME_PATTERN)
+    """Name in the URL: ``/v2/models/{name}``."""
+
+    router: ClassVar[Union[str, type]]
+    """Import path of the runtime router in ``serving/`` (``serving.routers.<kind>:<Class>``), or the
+    class itself where the entry is defined beside it (outside the library)."""
+    trace: ClassVar[tuple[TensorSpec, ...]] = ()
+    """Outputs added when a request sets ``parameters.trace``."""
+    parameters: ClassVar[dict[str, type]] = {}
+    """Request parameters it reads (besides ``trace``), with their types: checked before it runs."""
+
+    def models(self) -> list[str]:
+        """The served models it calls (each must be a model entry of the same app)."""
+        raise NotImplementedError
+
+    def check_models(self, served: dict[str, "ModelEntry"]) -> None:
+        """Refuse model entries this router cannot call (raise ValueError naming them); all by default."""
+
+    def served_shapes(self, shapes: dict[str, Shapes]) -> Shapes:
+        """The shapes it serves, from its models' (read from their manifests).
+
+        Raises:
+            ValueError: its models disagree; by default all must map the same features to the same classes.
+        """
+        return same_shapes(self.describe(), self.models(), shapes)
+
+    def placement_hints(self) -> dict[str, Literal["cpu", "gpu"]]:
+        """Where its models would rather run on a cluster with CPU-only and GPU nodes (none: Ray decides)."""
+        return {}
+
+    def describe(self) -> str:
+        """``kind 'name'``, how errors name this entry."""
+        return f"{self.kind} {self.name!r}"
+
+
+def same_shapes(owner: str, names: list[str], shapes: dict[str, Shapes]) -> Shapes:
+    """The one (input_dim, num_classes) of ``names``; ValueError naming the two that differ."""
+    first = shapes[names[0]]
+    for name in names:
+        if shapes[name] != first:
+            raise ValueError(
+                f"{owner}: model '{name}' maps {shapes[name][0]} features to {shapes[name][1]} classes, "
+                f"'{names[0]}' maps {first[0]} to {first[1]}"
+            )
+    return first

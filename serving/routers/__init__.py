@@ -1,0 +1,71 @@
+"""Routers: served names that answer by calling other served models, one file per kind.
+
+A router kind is its entry in ``scaleforge.config.routers`` (fields, the models it calls, its trace
+outputs and request parameters, torch-free) and a class here satisfying :class:`Router`, which the
+entry names by import path (``router = "serving.routers.<kind>:<Class>"``). The ingress builds
+every router of the config through :func:`build_router` and never names a kind.
+"""
+
+from typing import Any, Protocol
+
+import numpy as np
+from ray.serve.handle import DeploymentHandle
+
+from scaleforge.config.cli import resolve
+from scaleforge.config.routers import RouterEntry
+from scaleforge.serving_contract import ModelInfo
+from serving.metrics import RoutingMetrics
+from serving.models import CoalescingClient, InIngressModel
+
+
+class Answers(Protocol):
+    """What a served name maps to in the ingress: a plain model or a router."""
+
+    async def infer(
+        self, x: np.ndarray, parameters: dict[str, Any]
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """(outputs by name, the response's ``parameters`` summary) for a checked [batch, input_dim] FP32.
+
+        Raises:
+            serving.protocol.ProtocolError: a request it refuses (a parameter out of range: 400;
+                nothing left to answer with: 503).
+        """
+        ...
+
+
+class ServedModels:
+    """How a router reaches the models it calls: one call path per model, shared in the replica."""
+
+    def __init__(
+        self,
+        handles: dict[str, DeploymentHandle],
+        clients: "dict[str, CoalescingClient | InIngressModel]",
+        infos: dict[str, ModelInfo],
+    ):
+        self.handles, self.clients, self.infos = handles, clients, infos
+
+    def client(self, name: str) -> "CoalescingClient | InIngressModel":
+        """The model's merged call path: ``await client.predict(x)`` gives logits."""
+        return self.clients[name]
+
+    def handle(self, name: str) -> DeploymentHandle:
+        """The model's deployment handle, for a router that times and retries each call itself (the
+        config refuses ``in_ingress`` for such a router's models in the entry's ``check_models``)."""
+        return self.handles[name]
+
+
+class Router(Answers, Protocol):
+    """A router kind's runtime: built once per ingress replica from its entry, then answers requests."""
+
+    def __init__(self, entry: RouterEntry, models: ServedModels, info: ModelInfo, metrics: RoutingMetrics):
+        """``entry``: its config entry; ``models``: the models it calls; ``info``: the shapes it
+        serves (from :func:`scaleforge.serving_contract.model_infos`); ``metrics``: this replica's."""
+        ...
+
+
+def build_router(entry: RouterEntry, models: ServedModels, metrics: RoutingMetrics) -> Router:
+    """The runtime router that ``entry.router`` names (or is), built for this replica."""
+    return resolve(entry.router)(entry, models, models.infos[entry.name], metrics)
+
+
+__all__ = ["Answers", "Router", "ServedModels", "build_router"]
