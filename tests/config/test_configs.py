@@ -5,11 +5,11 @@ import re
 import pytest
 from conftest import REPO
 
+from scaleforge.calibrate.serve_file import check_runnable as check_calibration
 from scaleforge.compress.preflight import check_runnable as check_compression
 from scaleforge.config import JOB_SCHEMAS, ConfigError, TrainJobConfig, load_config
 from scaleforge.paramserver.preflight import check_runnable as check_async_sgd
 from scaleforge.pipeline.preflight import check_runnable as check_pipeline
-from scaleforge.routing.calibration import check_runnable as check_calibration
 from scaleforge.train.preflight import check_runnable
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
@@ -20,7 +20,8 @@ PREFLIGHTS = {
     "jobs.calibrate": check_calibration,
     "jobs.pipeline": check_pipeline,
 }
-"""Each job's pre-flight; jobs.hwbench has nothing to check, jobs.serve checks its artifacts in serving.run."""
+"""Each job's pre-flight; jobs.hwbench has nothing to check, jobs.serve checks its artifacts in
+serving.run."""
 
 
 def job_of(path) -> str:
