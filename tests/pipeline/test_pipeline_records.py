@@ -14,7 +14,14 @@ from scaleforge.config import PipelineConfig, ServeConfig, load_config
 from scaleforge.config.pipeline import STAGES, ServeStageSpec
 from scaleforge.config.serve import ServeArgs
 from scaleforge.pipeline import Pipeline, Records
-from scaleforge.pipeline.records import CalibrateRecord, CompressRecord, MoERecord, ServeRecord, TrainRecord
+from scaleforge.pipeline.records import (
+    CalibrateRecord,
+    CompressRecord,
+    MoERecord,
+    QueryRecord,
+    ServeRecord,
+    TrainRecord,
+)
 from scaleforge.pipeline.serve import ServeStage, write_serve_yaml
 from scaleforge.pipeline.serve_plan import serve_args
 
@@ -203,6 +210,17 @@ def test_the_served_models_are_scored_only_on_inputs_the_calibration_never_saw()
     assert not any(row.tobytes() in seen for row in x)
 
 
+def _queried() -> QueryRecord:
+    result = {"accuracy": 0.9, "p50_ms": 1.0, "p99_ms": 2.0, "inputs_per_s": 100.0}
+    return QueryRecord(
+        url="http://127.0.0.1:1",
+        inputs=10,
+        placement={"enabled": False},
+        models={"teacher": result},
+        pipeline_wall_s=1.0,
+    )
+
+
 def test_to_before_from_is_refused_before_ray_starts(capsys):
     import ray
 
@@ -231,3 +249,16 @@ def test_a_recorded_serve_endpoint_is_reused_only_while_it_answers(pipeline_cfg,
     assert set(pipeline._reused) == {"teacher"}
     assert logged == [f"[pipeline] serve: not reused, http://127.0.0.1:{port} does not answer (ConnectError)"]
     assert [stage.name for stage in Pipeline(pipeline_cfg, stop_after="serve").stages] == list(STAGES[:6])
+    # A run that ends with Serve left up (--to serve) serves again too; one that only writes the
+    # report from the records (--from report) reuses the record as it is, and runs nothing else.
+    assert "serve" not in Pipeline(pipeline_cfg, stop_after="serve", log=print)._reused
+    (tmp_path / "records" / "query.json").write_text(_queried().model_dump_json())
+    from_report = Pipeline(pipeline_cfg, redo_from="report", log=logged.append)
+    assert {"teacher", "serve", "query"} <= set(from_report._reused) and len(logged) == 1
+    assert [stage.name for stage in from_report.to_run] == [
+        "async_sgd",
+        "compress",
+        "moe",
+        "calibrate",
+        "report",
+    ]

@@ -86,8 +86,11 @@ class Pipeline:
             for stage in kept
             if (stage.reusable or redo_from) and (record := self._read_record(stage)) is not None
         }
+        # A record that says a service runs (Serve) is checked only where this run uses the service, or
+        # leaves it running (``--to serve``); ``--from report`` reuses it as it is.
         running = [stage for stage in self.stages if stage.name not in recorded]
         checked = {name for stage in running for name in stage.needs_running}
+        checked |= {self.stages[-1].name} if self.stages[-1].outlives_run else set()
         self._reused = {
             name: record
             for name, record in recorded.items()
