@@ -19,6 +19,7 @@ def served_artifact(spec: ServeStageSpec, records: Records, name: str) -> str:
 def serve_args(template: ServeArgs, spec: ServeStageSpec, records: Records) -> ServeArgs:
     """``template`` (``serve.config``'s app args) serving this run's artifacts: its entries of the served
     models pointed at them, the calibrated cascade, and the MoE router over this run's gate and experts.
+    Its other entries (models, cascades and routers that the pipeline config does not name) are not served.
 
     Raises:
         ValueError: ``serve.config`` has no model entry for a served name, or no MoE router ``spec.moe.name``.
