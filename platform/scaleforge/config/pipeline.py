@@ -63,7 +63,9 @@ class ServeStageSpec(StageSpec):
     )
     """Served model name -> the stage whose artifact it serves."""
     cascade: ServedCascade = Field(default_factory=ServedCascade)
+    """The cascade over served models: calibrated by the calibrate stage, served by the serve stage."""
     moe: ServedMoE = Field(default_factory=ServedMoE)
+    """The MoE router over the moe stage's gate and experts."""
 
     @model_validator(mode="after")
     def _cascade_serves_known_models(self) -> "ServeStageSpec":
