@@ -44,7 +44,8 @@ TINY = [
     "compress.set=[data.num_samples=3000, recipe.0.optim.epochs=1, recipe.0.compare_hard_labels=false, "
     "'sweeps=[]', measure.repeats=2, scaling.num_workers=1]",
     "--set",
-    "moe.set=[data.num_samples=3000, optim.epochs=1, model.num_experts=2, scaling.num_workers=1]",  # 2 experts
+    # 2 experts
+    "moe.set=[data.num_samples=3000, optim.epochs=1, model.num_experts=2, scaling.num_workers=1]",
     "--set",
     "calibrate.set=[data.num_samples=3000]",
     "--set",
