@@ -12,10 +12,10 @@ from scaleforge.config import CalibrateConfig, run_job
 def main(argv: Optional[Sequence[str]] = None) -> int:
     return run_job(
         CalibrateConfig,
-        "scaleforge.routing.calibration:calibrate_cascade",
+        "scaleforge.calibrate.serve_file:calibrate_serve_file",
         argv,
         prog="jobs.calibrate",
-        preflight="scaleforge.routing.calibration:check_runnable",
+        preflight="scaleforge.calibrate.serve_file:check_runnable",
     )
 
 

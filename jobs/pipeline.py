@@ -1,13 +1,13 @@
 """The main job: train the teacher (data parallel) and a parameter-server model, compress the teacher,
 train the MoE model, calibrate the cascade, serve cascade and MoE router over HTTP, query them with the
-held-out test set, and write a report.
+held-out test set, and write a report from the records.
 
     python -m jobs.pipeline --config configs/pipeline.yaml [--from STAGE] [--to STAGE] [--set ...]
 
 Each stage reuses its artifacts when a previous run recorded them; ``--from STAGE`` redoes that stage
 and every later one, ``--to STAGE`` stops after that one (Serve stays up after ``--to serve`` for a
 later ``--from query``), so each stage can run as a job of its own on any node when ``output`` is
-storage every node reaches. Stages: teacher, async_sgd, compress, moe, calibrate, serve, query.
+storage every node reaches. Stages: teacher, async_sgd, compress, moe, calibrate, serve, query, report.
 """
 
 import argparse
@@ -19,9 +19,8 @@ from scaleforge.config import run_job
 from scaleforge.config.pipeline import STAGES, PipelineConfig, Stage
 from scaleforge.pipeline import Pipeline, RecordError, Records, StageFailed, StageOrderError
 from scaleforge.pipeline.preflight import check_runnable
-from scaleforge.pipeline.report import final_table, write_report
+from scaleforge.pipeline.report import final_table
 from scaleforge.runtime import ensure_ray
-from scaleforge.storage import join
 
 
 @dataclass
@@ -45,12 +44,12 @@ def run_pipeline(
 ) -> PipelineResult:
     # Reads the records it reuses: a stale one fails here, before Ray.
     pipeline = Pipeline(cfg, redo_from, stop_after=stop_after)
-    # Logical CPUs for the Serve stage's many small deployments next to the training stages' workers.
-    ensure_ray(min_cpus=8)
+    if any(stage.uses_ray for stage in pipeline.to_run):
+        # Logical CPUs for the Serve stage's many small deployments next to the training stages' workers.
+        ensure_ray(min_cpus=8)
     records = pipeline.run()
-    last = pipeline.stages[-1].name
-    report = write_report(records, join(pipeline.out, "report")) if last == STAGES[-1] else None
-    return PipelineResult(records, report, last)
+    report = records.report.report if pipeline.stages[-1].name == STAGES[-1] else None
+    return PipelineResult(records, report, pipeline.stages[-1].name)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

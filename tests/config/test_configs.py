@@ -6,11 +6,11 @@ import pytest
 from conftest import REPO
 
 from jobs.hwbench import check_runnable as check_hwbench
+from scaleforge.calibrate.serve_file import check_runnable as check_calibration
 from scaleforge.compress.preflight import check_runnable as check_compression
 from scaleforge.config import JOB_SCHEMAS, ConfigError, TrainJobConfig, load_config
 from scaleforge.paramserver.preflight import check_runnable as check_async_sgd
 from scaleforge.pipeline.preflight import check_runnable as check_pipeline
-from scaleforge.routing.calibration import check_runnable as check_calibration
 from scaleforge.train.preflight import check_runnable
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))

@@ -9,7 +9,7 @@ job's, or its node's), as if each ran on a machine of its own; Serve stays up be
 ``--to serve`` and ``--from query`` jobs. Its replicas, placed by the cluster's measured hardware,
 load their artifacts from the bucket through their own node's cache. Afterwards no artifact or
 checkpoint file exists outside the bucket and the caches, and ``jobs.serve`` of the serve config the
-serve stage deployed (``serve.placed.yaml`` in the bucket), from a machine of its own joined to the
+serve stage wrote and deployed (``serve.yaml`` in the bucket), from a machine of its own joined to the
 cluster, serves every app: Serve finds them running with that config and keeps their replicas.
 """
 
@@ -197,7 +197,7 @@ def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machi
     assert failed.returncode == 1
     _assert_console_is_ours(failed.stdout + failed.stderr)
     # Our own progress: a line per stage and per epoch (sent by the Ray Train workers through a queue).
-    assert "[pipeline] 1/7 teacher: running" in failed.stdout and "[train] epoch 1/1" in failed.stdout
+    assert "[pipeline] 1/8 teacher: running" in failed.stdout and "[train] epoch 1/1" in failed.stdout
     assert (
         "error: stage async_sgd failed: injected failure" in failed.stderr
         and "--from async_sgd" in failed.stderr
@@ -229,7 +229,7 @@ def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machi
         "RAY_AUTH_TOKEN": machines["token"],
     }
     served_record = json.loads(storage.read_text(storage.join(records, "serve.json")))
-    assert served_record["serve_config"] == storage.join(out, "serve.placed.yaml")
+    assert served_record["serve_config"] == storage.join(out, "serve.yaml")
     replicas = _serve_replicas(machines)
     _jobs_serve(
         served_record["serve_config"], cluster, while_serving=lambda: _serve_replicas(machines) == replicas

@@ -1,5 +1,6 @@
-"""Schema of threshold calibration (``jobs.calibrate``); its pre-flight is
-:func:`scaleforge.routing.calibration.check_runnable`."""
+"""Schemas of threshold calibration: :class:`CalibrationSpec` (what the pipeline's calibrate stage
+and ``jobs.calibrate`` share) and :class:`CalibrateConfig` (``jobs.calibrate``, whose pre-flight is
+:func:`scaleforge.calibrate.serve_file.check_runnable`)."""
 
 from typing import Optional
 
@@ -9,16 +10,9 @@ from scaleforge.config.data import DataSpec
 from scaleforge.config.schema import _Section
 
 
-class CalibrateConfig(_Section):
-    """``python -m jobs.calibrate``: fit a cascade's thresholds on validation data, write them into the
-    serve config."""
+class CalibrationSpec(_Section):
+    """How a cascade's thresholds are fitted: the data, its split, the target."""
 
-    serve_config: str = "configs/serve.yaml"
-    """The Ray Serve config (a file or a URI) whose cascade is calibrated (rewritten in place, atomically)."""
-    application: Optional[str] = None
-    """App in ``serve_config`` (default: the first)."""
-    cascade: Optional[str] = None
-    """Cascade in that app (default: its first)."""
     data: DataSpec = Field(default_factory=DataSpec)
     """Labelled data; calibration uses part of its held-out split."""
     calibration_fraction: float = Field(default=0.5, gt=0.0, lt=1.0)
@@ -30,10 +24,23 @@ class CalibrateConfig(_Section):
     """Alternative target: the share of inputs each stage hands on (a cost budget)."""
     safety_sd: NonNegativeFloat = 2.0
     """Standard deviations of the accuracy estimate kept in reserve (see ``calibrate_thresholds``)."""
-    output: Optional[str] = None
-    """Write the calibrated config here instead of over ``serve_config``."""
 
     @property
     def accuracy_loss(self) -> Optional[float]:
         """The accuracy target in force: ``max_accuracy_loss``, unless ``target_escalation`` replaces it."""
         return None if self.target_escalation is not None else self.max_accuracy_loss
+
+
+class CalibrateConfig(CalibrationSpec):
+    """``python -m jobs.calibrate``: fit a cascade's thresholds on validation data, write them into the
+    serve config. The main job's calibrate stage reads the same file and uses only the
+    :class:`CalibrationSpec` fields (its cascade is ``serve.cascade`` of ``configs/pipeline.yaml``)."""
+
+    serve_config: str = "configs/serve.yaml"
+    """The Ray Serve config (a file or a URI) whose cascade is calibrated (rewritten in place, atomically)."""
+    application: Optional[str] = None
+    """App in ``serve_config`` (default: the first)."""
+    cascade: Optional[str] = None
+    """Cascade in that app (default: its first)."""
+    output: Optional[str] = None
+    """Write the calibrated config here instead of over ``serve_config``."""

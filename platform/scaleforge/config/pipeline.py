@@ -6,12 +6,13 @@ loads and checks them before the first stage starts.
 
 from typing import Literal, Optional, get_args
 
-from pydantic import Field, NonNegativeFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 
 from scaleforge.config.schema import _Section
+from scaleforge.config.serve import NAME_PATTERN
 from scaleforge.config.storage_root import storage_layout
 
-Stage = Literal["teacher", "async_sgd", "compress", "moe", "calibrate", "serve", "query"]
+Stage = Literal["teacher", "async_sgd", "compress", "moe", "calibrate", "serve", "query", "report"]
 """The main job's stages, in the order they run: the one list that ``STAGES`` and ``--from`` read."""
 STAGES: tuple[Stage, ...] = get_args(Stage)
 
@@ -28,6 +29,58 @@ class AsyncStageSpec(StageSpec):
         default_factory=lambda: ["sync", "async"], min_length=1
     )
     """One parameter-server run per mode, for the sync-against-async plot."""
+
+
+class ServedCascade(_Section):
+    """The cascade the calibrate stage fits and the serve stage serves."""
+
+    name: str = Field(default="cascade", pattern=NAME_PATTERN)
+    """Its name in the URL: ``/v2/models/{name}``."""
+    measure: Literal["max_prob", "margin", "entropy"] = "max_prob"
+    """Confidence measure (see ``scaleforge.routing.confidence``)."""
+    stages: list[str] = Field(default_factory=lambda: ["student", "teacher"], min_length=2)
+    """Served model names (keys of ``serve.models``), cheapest first."""
+
+
+class ServedMoE(_Section):
+    """The MoE router that serves the moe stage's gate and experts."""
+
+    name: str = Field(default="moe", pattern=NAME_PATTERN)
+    """Its name in the URL; its settings (``top_k``, ``capacity``, timeouts) are those of the router of
+    this name in ``serve.config``."""
+    gate: str = Field(default="moe-gate", pattern=NAME_PATTERN)
+    """The served name of the gate."""
+    expert_prefix: str = Field(default="moe-expert-", pattern=NAME_PATTERN)
+    """Expert ``i`` is served as ``{expert_prefix}{i}``."""
+
+
+class ServeStageSpec(StageSpec):
+    """What the serve stage serves of this run's artifacts. ``config`` (with ``set``) gives each served
+    model's deployment settings (by name), the ingress, auth, limits and HTTP options."""
+
+    models: dict[str, Literal["teacher", "compress"]] = Field(
+        default_factory=lambda: {"teacher": "teacher", "student": "compress"}, min_length=1
+    )
+    """Served model name -> the stage whose artifact it serves."""
+    cascade: ServedCascade = Field(default_factory=ServedCascade)
+    """The cascade over served models: calibrated by the calibrate stage, served by the serve stage."""
+    moe: ServedMoE = Field(default_factory=ServedMoE)
+    """The MoE router over the moe stage's gate and experts."""
+
+    @model_validator(mode="after")
+    def _cascade_serves_known_models(self) -> "ServeStageSpec":
+        unknown = [name for name in self.cascade.stages if name not in self.models]
+        if unknown:
+            raise ValueError(
+                f"serve.cascade.stages: {', '.join(unknown)} not among serve.models "
+                f"({', '.join(self.models)})"
+            )
+        return self
+
+    @property
+    def endpoints(self) -> list[str]:
+        """Every name served: the models, the cascade and the MoE router."""
+        return [*self.models, self.cascade.name, self.moe.name]
 
 
 class QuerySpec(_Section):
@@ -74,7 +127,7 @@ class PipelineConfig(_Section):
     compress: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/compress.yaml"))
     moe: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/train_moe.yaml"))
     calibrate: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/calibrate.yaml"))
-    serve: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/serve.yaml"))
+    serve: ServeStageSpec = Field(default_factory=lambda: ServeStageSpec(config="configs/serve.yaml"))
     query: QuerySpec = Field(default_factory=QuerySpec)
     placement: PlacementSpec = Field(default_factory=PlacementSpec)
     fault: PipelineFaultSpec = Field(default_factory=PipelineFaultSpec)

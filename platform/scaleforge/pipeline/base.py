@@ -37,18 +37,26 @@ class PipelineStage(ABC):
     name: ClassVar[Stage]
     record: ClassVar[type[StageRecord]]
     reusable: ClassVar[bool] = True
-    """False for stages whose effect does not outlive the run (the query's measurements)."""
+    """False for stages that run again in every run that includes them (the query's measurements); their
+    record is reused only by a run that starts after them (``--from report`` reuses the query's)."""
+    uses_ray: ClassVar[bool] = True
+    """False for a stage that runs without Ray (a run of only such stages starts none)."""
+    needs_running: ClassVar[tuple[Stage, ...]] = ()
+    """Earlier stages whose running service this stage uses: their records are checked (``stale``) only
+    when this stage runs."""
     outlives_run: ClassVar[bool] = False
     """What ``run`` started keeps running when the run stops right after this stage (``--to``)."""
 
     @classmethod
     def stale(cls, record: StageRecord) -> Optional[str]:
-        """Why a recorded ``record`` cannot be reused any more (None: reuse it)."""
+        """Why a recorded ``record`` cannot be reused any more (None: reuse it); asked only when a stage
+        that ``needs_running`` this one runs."""
         return None
 
     @abstractmethod
     def run(self, ctx: StageContext) -> StageRecord:
         """Do the stage's work; its record says where the artifacts are and what it measured."""
 
-    def close(self) -> None:
-        """Free what ``run`` started and that must not outlive the pipeline; called even when a stage failed."""
+    def close(self) -> None:  # noqa: B027 (most stages start nothing that outlives ``run``)
+        """Free what ``run`` started and that must not outlive the pipeline; called even when a stage
+        failed."""

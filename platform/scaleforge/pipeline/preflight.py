@@ -7,7 +7,7 @@ from scaleforge.config.loader import ConfigError, load_config
 from scaleforge.config.pipeline import PipelineConfig
 from scaleforge.config.schema import TrainJobConfig
 from scaleforge.paramserver.preflight import check_runnable as check_async_sgd
-from scaleforge.storage import check_fields
+from scaleforge.storage import check_fields, describe, is_file
 from scaleforge.train.preflight import check_runnable as check_training
 
 
@@ -34,5 +34,9 @@ def check_runnable(cfg: PipelineConfig) -> None:
         if not Path(getattr(cfg, name).config).is_file():
             raise ConfigError(f"{name}.config: {getattr(cfg, name).config!r} does not exist")
     hwbench = cfg.placement.hwbench
-    if hwbench and not Path(hwbench).expanduser().is_file():
-        raise ConfigError(f"placement.hwbench: {hwbench!r} does not exist (run python -m jobs.hwbench)")
+    if hwbench:
+        check_fields({"placement.hwbench": hwbench})
+        if not is_file(hwbench):
+            raise ConfigError(
+                f"placement.hwbench: {describe(hwbench)!r} does not exist (run python -m jobs.hwbench)"
+            )

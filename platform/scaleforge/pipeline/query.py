@@ -6,23 +6,20 @@ from typing import Optional
 import httpx
 import numpy as np
 
+from scaleforge.calibrate.split import held_out_split
 from scaleforge.config.pipeline import QuerySpec
-from scaleforge.data import load_arrays
 from scaleforge.pipeline.base import PipelineStage, StageContext
 from scaleforge.pipeline.load import Load, closed_loop, infer_request
 from scaleforge.pipeline.records import CalibrateRecord, QueryRecord, ServedModelResult
-from scaleforge.routing.calibration import split_rows
-
-SERVED = ("teacher", "student", "cascade", "moe")
-"""The endpoint's models queried: both ends of the cascade, the cascade itself and the MoE router."""
 
 
 class QueryStage(PipelineStage):
-    """Accuracy, latency and routing shares of every served model, measured over HTTP."""
+    """Accuracy, latency and routing shares of every served model (``serve.endpoints``), over HTTP."""
 
     name = "query"
     record = QueryRecord
     reusable = False
+    needs_running = ("serve",)
 
     def run(self, ctx: StageContext) -> QueryRecord:
         served = ctx.records.serve
@@ -30,7 +27,7 @@ class QueryStage(PipelineStage):
         limit = ctx.cfg.query.max_inputs or len(y)
         x, y = x[:limit], y[:limit]
         urls = served.direct_urls or [served.url]
-        models = {name: query_model(urls, name, x, y, ctx.cfg.query) for name in SERVED}
+        models = {name: query_model(urls, name, x, y, ctx.cfg.query) for name in ctx.cfg.serve.endpoints}
         return QueryRecord(
             url=urls[0],
             inputs=len(y),
@@ -44,9 +41,7 @@ class QueryStage(PipelineStage):
 def test_set(calibrated: CalibrateRecord) -> tuple[np.ndarray, np.ndarray]:
     """The held-out inputs that the cascade's calibration never saw (every served model is scored
     on the same ones, so their accuracies compare)."""
-    arrays = load_arrays(calibrated.data)
-    _, rows = split_rows(len(arrays.y_test), calibrated.calibration_fraction, calibrated.split_seed)
-    return arrays.x_test[rows].astype(np.float32), arrays.y_test[rows]
+    return held_out_split(calibrated.data, calibrated.calibration_fraction, calibrated.split_seed).judged
 
 
 def query_model(

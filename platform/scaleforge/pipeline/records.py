@@ -10,6 +10,7 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from scaleforge.calibrate.cascade import CascadeCalibration
 from scaleforge.data import DataSpec
 from scaleforge.deployment.hardware import DeviceReport
 from scaleforge.deployment.placement import Placed
@@ -110,20 +111,18 @@ class CompressRecord(StageRecord):
     report: CompressionReport
 
 
-class CalibrateRecord(StageRecord):
-    """The Serve config written for this run, with the cascade's calibrated thresholds."""
+class CalibrateRecord(StageRecord, CascadeCalibration):
+    """The cascade's thresholds, calibrated on validation data, and what they give on the held-out inputs
+    that did not pick them (the serve stage writes them into the serve config; the report plots them)."""
 
-    serve_config: str
+    cascade: str
+    stages: list[str]
+    """The cascade's served models, cheapest first."""
     data: DataSpec
     calibration_fraction: float
     split_seed: int
-    """With ``calibration_fraction``: which held-out inputs calibrated the thresholds (``split_rows``);
-    the cascade is scored on the others only."""
-    thresholds: list[float]
-    answered_per_stage: list[float]
-    accuracy: float
-    last_stage_accuracy: float
-    held_out: int
+    """With ``data`` and ``calibration_fraction``: which held-out inputs calibrated the thresholds
+    (:func:`scaleforge.calibrate.held_out_split`); every served model is scored on the others only."""
 
 
 class Placement(BaseModel):
@@ -156,8 +155,9 @@ class ServeRecord(StageRecord):
     url: str
     placement: Placement
     serve_config: Optional[str] = None
-    """The Serve config as deployed (``serve.placed.yaml``: the calibrated one with each model placed):
-    ``jobs.serve`` of it on this cluster finds its apps running and keeps their replicas."""
+    """The Serve config as deployed (``serve.yaml``, the one the run writes: this run's artifacts, the
+    calibrated thresholds, each model placed): ``jobs.serve`` of it on this cluster finds its apps
+    running and keeps their replicas."""
     loaded_from: dict[str, LoadedFrom] = Field(default_factory=dict)
     """Per model with a deployment of its own: what one of its replicas loaded, and on which node."""
     direct_urls: list[str] = Field(default_factory=list)
@@ -199,6 +199,13 @@ class QueryRecord(StageRecord):
     """Seconds from the pipeline's start to the last answer."""
 
 
+class ReportRecord(StageRecord):
+    """The report, written from the records of the stages before it."""
+
+    report: str
+    """``report.md``; its plots lie beside it."""
+
+
 class Records(BaseModel):
     """Every stage's record, by stage name; a stage not yet run or reused has none."""
 
@@ -211,3 +218,4 @@ class Records(BaseModel):
     calibrate: Optional[CalibrateRecord] = None
     serve: Optional[ServeRecord] = None
     query: Optional[QueryRecord] = None
+    report: Optional[ReportRecord] = None

@@ -1,14 +1,12 @@
-"""The main job's report: a final table, a markdown file and the plots a person would rather look at."""
+"""The report stage: a final table, a markdown file and the plots a person would rather look at.
 
-import torch
+It reads the records of the stages before it and nothing else (no serve config, no model), so
+``--from report`` rewrites it from a finished run's records.
+"""
 
-from scaleforge.artifacts.servable import load_servable
 from scaleforge.compress.report import slim_sentence
-from scaleforge.config import ServeConfig, load_config
-from scaleforge.config.routers import CascadeEntry
-from scaleforge.pipeline.query import test_set
-from scaleforge.pipeline.records import Placement, Records, ServedModelResult
-from scaleforge.routing.cascade import simulate_cascade
+from scaleforge.pipeline.base import PipelineStage, StageContext
+from scaleforge.pipeline.records import Placement, Records, ReportRecord, ServedModelResult
 from scaleforge.storage import join, read_bytes, write_atomic
 
 PLOTS = {
@@ -17,6 +15,18 @@ PLOTS = {
     "compression_accuracy_vs_size.png": "Compression: accuracy against size and latency",
     "cascade_accuracy_vs_cost.png": "Cascade: accuracy against the share of inputs escalated",
 }
+
+
+class ReportStage(PipelineStage):
+    """``report/report.md`` and its plots in the output folder."""
+
+    name = "report"
+    record = ReportRecord
+    reusable = False
+    uses_ray = False
+
+    def run(self, ctx: StageContext) -> ReportRecord:
+        return ReportRecord(report=write_report(ctx.records, join(ctx.out, "report")))
 
 
 def final_table(records: Records) -> str:
@@ -42,8 +52,9 @@ def final_table(records: Records) -> str:
         if query.direct
         else "queried through Serve's HTTP proxy"
     )
-    if {"cascade", "teacher"} <= query.models.keys():
-        lines.append(cascade_against_teacher(query.models["cascade"], query.models["teacher"]))
+    cascade, last = records.calibrate.cascade, records.calibrate.stages[-1]
+    if {cascade, last} <= query.models.keys():
+        lines.append(cascade_against_last_stage(query.models[cascade], query.models[last], last))
     lines.append(f"compressed model: {slim_sentence(records.compress.report.model_dump())}")
     runs = records.async_sgd.runs
     lines.append(
@@ -55,11 +66,11 @@ def final_table(records: Records) -> str:
     return "\n".join(lines)
 
 
-def cascade_against_teacher(cascade: ServedModelResult, teacher: ServedModelResult) -> str:
-    """What the cascade's routing buys over serving the teacher alone, measured under the same load."""
+def cascade_against_last_stage(cascade: ServedModelResult, last: ServedModelResult, name: str) -> str:
+    """What the cascade's routing buys over serving its last stage alone, measured under the same load."""
     return (
-        f"cascade against the teacher: {cascade.inputs_per_s / teacher.inputs_per_s:.2f}x the inputs/s, "
-        f"accuracy {cascade.accuracy - teacher.accuracy:+.4f}"
+        f"cascade against the {name}: {cascade.inputs_per_s / last.inputs_per_s:.2f}x the inputs/s, "
+        f"accuracy {cascade.accuracy - last.accuracy:+.4f}"
     )
 
 
@@ -96,7 +107,8 @@ def write_report(records: Records, folder: str) -> str:
         "```",
         "",
         f"Cascade thresholds {calibrate.thresholds} calibrated on validation data: held-out accuracy "
-        f"{calibrate.accuracy:.4f} against {calibrate.last_stage_accuracy:.4f} for the teacher alone, "
+        f"{calibrate.accuracy:.4f} against {calibrate.last_stage_accuracy:.4f} for the "
+        f"{calibrate.stages[-1]} alone, "
         "answered per stage " + " / ".join(f"{s:.1%}" for s in calibrate.answered_per_stage) + ".",
         "",
     ]
@@ -139,33 +151,28 @@ def _sync_vs_async(records: Records, path: str) -> None:
 
 
 def _cascade_curve(records: Records, path: str) -> None:
-    """Every threshold's accuracy and escalation share on the test set, the calibrated one marked."""
-    app = load_config(ServeConfig, records.calibrate.serve_config).applications[0].args
-    cascade = app.routers_of(CascadeEntry)[0]
-    models = [load_servable(app.model(stage.model).artifact).module for stage in cascade.stages]
-    x, y = (torch.from_numpy(a) for a in test_set(records.calibrate))
-    with torch.inference_mode():
-        probs = [model(x).softmax(-1) for model in models]
-    points = []
-    for threshold in torch.linspace(0, 1, 41).tolist():
-        result = simulate_cascade(probs, [threshold] * (len(probs) - 1), cascade.measure)
-        points.append((1 - result.answered_at(0), float((result.predictions == y).float().mean())))
+    """Accuracy against cost on the held-out inputs, at every threshold the calibrate stage recorded,
+    the calibrated thresholds marked."""
+    calibrated = records.calibrate
     plt, figure, axis = _figure()
-    axis.plot(*zip(*points), marker=".", label="thresholds 0 to 1")
-    chosen = simulate_cascade(probs, records.calibrate.thresholds, cascade.measure)
+    axis.plot(
+        [p.escalated for p in calibrated.curve],
+        [p.accuracy for p in calibrated.curve],
+        marker=".",
+        label="thresholds 0 to 1",
+    )
     axis.scatter(
-        [1 - chosen.answered_at(0)],
-        [float((chosen.predictions == y).float().mean())],
+        [1 - calibrated.answered_per_stage[0]],
+        [calibrated.accuracy],
         color="red",
         zorder=3,
         label="calibrated",
     )
-    axis.axhline(
-        float((probs[-1].argmax(-1) == y).float().mean()), color="gray", linestyle="--", label="teacher alone"
-    )
+    last = calibrated.stages[-1]
+    axis.axhline(calibrated.last_stage_accuracy, color="gray", linestyle="--", label=f"{last} alone")
     axis.set(
-        xlabel="share of inputs escalated to the teacher (cost)",
+        xlabel="share of inputs escalated past the first stage (cost)",
         ylabel="test accuracy",
-        title="Cascade: accuracy against cost",
+        title=f"Cascade {calibrated.cascade}: accuracy against cost",
     )
     _save(plt, figure, axis, path)

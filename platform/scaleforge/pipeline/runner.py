@@ -17,6 +17,7 @@ from scaleforge.config.pipeline import STAGES, PipelineConfig, Stage
 from scaleforge.pipeline.base import PipelineStage, StageContext
 from scaleforge.pipeline.query import QueryStage
 from scaleforge.pipeline.records import Records, StageRecord
+from scaleforge.pipeline.report import ReportStage
 from scaleforge.pipeline.serve import ServeStage
 from scaleforge.pipeline.stages import AsyncSGDStage, CalibrateStage, CompressStage, MoEStage, TeacherStage
 from scaleforge.storage import write_atomic
@@ -31,6 +32,7 @@ _BY_NAME: dict[str, type[PipelineStage]] = {
         CalibrateStage,
         ServeStage,
         QueryStage,
+        ReportStage,
     )
 }
 if not set(STAGES) == set(_BY_NAME) == set(Records.model_fields):
@@ -79,11 +81,26 @@ class Pipeline:
         self.records = Records()
         self.stages = PIPELINE[: STAGES.index(stop_after) + 1] if stop_after else PIPELINE
         kept = self.stages[: STAGES.index(redo_from)] if redo_from else self.stages
-        self._reused = {
+        recorded = {
             stage.name: record
             for stage in kept
-            if stage.reusable and (record := self._read_record(stage)) is not None
+            if (stage.reusable or redo_from) and (record := self._read_record(stage)) is not None
         }
+        # A record that says a service runs (Serve) is checked only where this run uses the service, or
+        # leaves it running (``--to serve``); ``--from report`` reuses it as it is.
+        running = [stage for stage in self.stages if stage.name not in recorded]
+        checked = {name for stage in running for name in stage.needs_running}
+        checked |= {self.stages[-1].name} if self.stages[-1].outlives_run else set()
+        self._reused = {
+            name: record
+            for name, record in recorded.items()
+            if name not in checked or self._still_running(_BY_NAME[name], record)
+        }
+
+    @property
+    def to_run(self) -> list[type[PipelineStage]]:
+        """The stages this run runs (the others reuse their records)."""
+        return [stage for stage in self.stages if stage.name not in self._reused]
 
     def record_path(self, stage: Stage) -> str:
         """``records/<stage>.json`` in the output folder (or under the output URI)."""
@@ -145,8 +162,10 @@ class Pipeline:
         except ValidationError as err:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
             raise RecordError(f"{path}: {problems} (redo the stage: --from {stage.name})") from None
+        return record
+
+    def _still_running(self, stage: type[PipelineStage], record: StageRecord) -> bool:
         reason = stage.stale(record)
         if reason is not None:
             self.log(f"[pipeline] {stage.name}: not reused, {reason}")
-            return None
-        return record
+        return reason is None

@@ -1,4 +1,5 @@
-"""The serve stage: the calibrated Serve config, each model placed for this cluster's hardware, deployed."""
+"""The serve stage: the run's serve plan, each model placed for this cluster's hardware, written once
+(``serve.yaml`` in the output folder) and deployed."""
 
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from scaleforge.config import ServeConfig, load_config
 from scaleforge.config.serve import ServeArgs
 from scaleforge.pipeline.base import PipelineStage, StageContext
 from scaleforge.pipeline.records import LoadedFrom, Placement, ServeRecord
+from scaleforge.pipeline.serve_plan import serve_args
 from scaleforge.storage import join, write_atomic
 
 READY_WITHIN_S = 60.0
@@ -50,27 +52,28 @@ class ServeStage(PipelineStage):
     def run(self, ctx: StageContext) -> ServeRecord:
         from scaleforge.deployment.deploy import deploy, running_direct_ingress_urls
 
-        cfg = load_config(ServeConfig, ctx.records.calibrate.serve_config)
-        app = cfg.applications[0]
-        args, placement = _place(ctx, app.args)
-        cfg = cfg.model_copy(
+        spec = ctx.cfg.serve
+        template = load_config(ServeConfig, spec.config, spec.set)
+        app = template.applications[0]
+        args, placement = _place(ctx, serve_args(app.args, spec, ctx.records))
+        cfg = template.model_copy(
             update={
-                "http_options": cfg.http_options.model_copy(update={"port": free_ports(1)[0]}),
-                "applications": [app.model_copy(update={"args": args}), *cfg.applications[1:]],
+                "http_options": template.http_options.model_copy(update={"port": free_ports(1)[0]}),
+                "applications": [app.model_copy(update={"args": args}), *template.applications[1:]],
             }
+        )
+        written = write_serve_yaml(
+            join(ctx.out, "serve.yaml"),
+            cfg,
+            f"# ray serve config written by jobs.pipeline's serve stage from {spec.config}: this run's "
+            "artifacts,\n# the calibrated thresholds, each model placed for this cluster\n",
         )
         self._apps = [a.name for a in cfg.applications]  # a deploy that fails half way has started some
         url = deploy(cfg)
-        placed = write_serve_yaml(
-            join(ctx.out, "serve.placed.yaml"),
-            cfg,
-            "# ray serve config as the pipeline's serve "
-            "stage deployed it: serve.yaml with each model placed for this cluster\n",
-        )
         return ServeRecord(
             url=url,
             placement=placement,
-            serve_config=str(placed),
+            serve_config=str(written),
             loaded_from=_loaded_from(app.name, args),
             direct_urls=running_direct_ingress_urls().get(app.name, []),
         )

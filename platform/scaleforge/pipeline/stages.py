@@ -5,20 +5,11 @@ overrides) and the paths of this run forced in; each returns its typed record.
 """
 
 import json
-from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from scaleforge.artifacts import read_manifest
-from scaleforge.config import (
-    AsyncSGDConfig,
-    CalibrateConfig,
-    CompressJobConfig,
-    ServeConfig,
-    TrainJobConfig,
-    load_config,
-)
+from scaleforge.config import AsyncSGDConfig, CalibrateConfig, CompressJobConfig, TrainJobConfig
 from scaleforge.config.pipeline import StageSpec
-from scaleforge.config.routers import MoEEntry
 from scaleforge.pipeline.base import PipelineStage, StageContext
 from scaleforge.pipeline.records import (
     AsyncRun,
@@ -29,7 +20,7 @@ from scaleforge.pipeline.records import (
     MoERecord,
     TrainRecord,
 )
-from scaleforge.pipeline.serve import write_serve_yaml
+from scaleforge.pipeline.serve_plan import served_artifact
 from scaleforge.storage import join
 
 
@@ -116,31 +107,34 @@ class MoEStage(PipelineStage):
 
 
 class CalibrateStage(PipelineStage):
-    """The Serve config for this run's artifacts, with the cascade's thresholds calibrated on validation
-    data."""
+    """The cascade's thresholds, calibrated on validation data (``calibrate.config``'s data and target)
+    over this run's artifacts of ``serve.cascade.stages``; they go into the record, not a file."""
 
     name = "calibrate"
     record = CalibrateRecord
 
     def run(self, ctx: StageContext) -> CalibrateRecord:
-        from scaleforge.routing.calibration import calibrate_cascade, check_runnable
+        from scaleforge.calibrate import calibrate_cascade
 
-        serve_config = write_serve_config(ctx)
-        cfg = ctx.stage_config(
-            CalibrateConfig, ctx.cfg.calibrate, f"serve_config={serve_config}", preflight=check_runnable
-        )
-        result = calibrate_cascade(cfg)
+        spec = ctx.stage_config(CalibrateConfig, ctx.cfg.calibrate, preflight=_check_data)
+        cascade = ctx.cfg.serve.cascade
+        artifacts = [served_artifact(ctx.cfg.serve, ctx.records, name) for name in cascade.stages]
+        calibration = calibrate_cascade(artifacts, cascade.measure, spec)
+        ctx.log(f"[calibrate] {cascade.name}: thresholds {calibration.thresholds}; {calibration.summary()}")
         return CalibrateRecord(
-            serve_config=str(serve_config),
-            data=cfg.data,
-            thresholds=result.thresholds,
-            calibration_fraction=cfg.calibration_fraction,
-            split_seed=cfg.split_seed,
-            answered_per_stage=result.answered_per_stage,
-            accuracy=result.accuracy,
-            last_stage_accuracy=result.last_stage_accuracy,
-            held_out=result.held_out,
+            **calibration.model_dump(),
+            cascade=cascade.name,
+            stages=cascade.stages,
+            data=spec.data,
+            calibration_fraction=spec.calibration_fraction,
+            split_seed=spec.split_seed,
         )
+
+
+def _check_data(cfg: CalibrateConfig) -> None:
+    from scaleforge.data.preflight import check_files
+
+    check_files(cfg.data)
 
 
 def _train(ctx: StageContext, spec: StageSpec, stage: str) -> TrainRecord:
@@ -160,49 +154,6 @@ def _train(ctx: StageContext, spec: StageSpec, stage: str) -> TrainRecord:
         metrics=_plain(result.metrics),
         history=_plain(result.history),
         parameters=result.num_parameters,
-    )
-
-
-def write_serve_config(ctx: StageContext) -> Union[Path, str]:
-    """Write ``serve.yaml`` into the output folder: ``serve.config`` (with ``serve.set``), its models
-    pointed at this run's artifacts and its MoE routers at this run's experts.
-
-    Returns:
-        The path written.
-
-    Raises:
-        ValueError: ``serve.config`` has no model entry for one of this run's artifacts.
-    """
-    spec, records = ctx.cfg.serve, ctx.records
-    cfg = load_config(ServeConfig, spec.config, spec.set)
-    experts = records.moe.parts.experts
-    produced = {
-        "teacher": records.teacher.artifact,
-        "student": records.compress.artifact,
-        "moe-gate": records.moe.parts.gate,
-        **{f"moe-expert-{i}": path for i, path in enumerate(experts)},
-    }
-    app = cfg.applications[0]
-    models = [
-        m.model_copy(update={"artifact": produced[m.name]}) for m in app.args.models if m.name in produced
-    ]
-    missing = set(produced) - {m.name for m in models}
-    if missing:
-        raise ValueError(
-            f"{spec.config}: no model entries named {sorted(missing)} to serve this run's artifacts under"
-        )
-    routers = [
-        r.model_copy(update={"experts": [f"moe-expert-{i}" for i in range(len(experts))]})
-        if isinstance(r, MoEEntry)
-        else r
-        for r in app.args.routers
-    ]
-    args = app.args.model_copy(update={"models": models, "routers": routers})
-    cfg = cfg.model_copy(
-        update={"applications": [app.model_copy(update={"args": args}), *cfg.applications[1:]]}
-    )
-    return write_serve_yaml(
-        join(ctx.out, "serve.yaml"), cfg, f"# ray serve config written by jobs.pipeline from {spec.config}\n"
     )
 
 
