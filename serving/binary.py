@@ -23,7 +23,8 @@ DTYPES = {"FP32": np.dtype("<f4"), "INT64": np.dtype("<i8"), "BOOL": np.dtype("?
 
 
 def split_body(body: bytes, header_length: Optional[str]) -> tuple[bytes, bytes]:
-    """The JSON part and the binary part of a request body (``header_length``: the header's value, if sent)."""
+    """The JSON part and the binary part of a request body (``header_length``: the header's value, if
+    sent)."""
     if header_length is None:
         return body, b""
     try:

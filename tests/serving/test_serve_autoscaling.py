@@ -80,7 +80,8 @@ def test_replicas_follow_the_load_up_and_back_down(ray_cluster, tmp_path_factory
             assert time.time() < deadline, "replicas did not scale back down within 60 s of the load ending"
             time.sleep(1)
         print(
-            f"\nserve autoscaling: 1 -> {peak} replicas under {CLIENTS} clients ({len(statuses)} requests, all 200), "
+            f"\nserve autoscaling: 1 -> {peak} replicas under {CLIENTS} clients "
+            f"({len(statuses)} requests, all 200), "
             "back to 1"
         )
     finally:

@@ -374,7 +374,8 @@ def test_cascade_quality_with_calibrated_thresholds(server, data):
     teacher_acc = (output(teacher, "class") == y).mean()
     at_stage0 = (output(cascade, "stage") == 0).mean()
     print(
-        f"\ncascade: threshold {threshold:.3f}, {at_stage0:.1%} answered at stage 0, accuracy {cascade_acc:.4f}; "
+        f"\ncascade: threshold {threshold:.3f}, {at_stage0:.1%} answered at stage 0, "
+        f"accuracy {cascade_acc:.4f}; "
         f"teacher alone {teacher_acc:.4f}"
     )
     assert at_stage0 >= 0.60

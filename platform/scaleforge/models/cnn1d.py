@@ -9,7 +9,8 @@ from scaleforge.config.models import CNN1dSpec
 def conv_blocks(
     channels: list[int], kernel_size: int, pool: bool, input_dim: int, family: str, batch_norm: bool = True
 ):
-    """Conv1d -> BatchNorm (if ``batch_norm``) -> ReLU blocks (MaxPool1d(2) after each but the first if ``pool``).
+    """Conv1d -> BatchNorm (if ``batch_norm``) -> ReLU blocks (MaxPool1d(2) after each but the first if
+    ``pool``).
 
     Returns:
         (blocks, output channels, output length).

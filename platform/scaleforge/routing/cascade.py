@@ -124,12 +124,11 @@ def calibrate_thresholds(
     for index in reversed(range(len(stage_probs) - 1)):
         rest = stage_probs[index:]
         candidates = torch.unique(confidence(stage_probs[index], measure)).tolist() + [math.inf]
-        meets = lambda threshold, rest=rest: (
-            _lower_bound(  # noqa: E731
-                simulate_cascade(rest, [threshold, *thresholds], measure), stage_probs[-1], labels, safety_sd
-            )
-            >= target_accuracy
-        )
+
+        def meets(threshold: float, rest=rest) -> bool:
+            cascade = simulate_cascade(rest, [threshold, *thresholds], measure)
+            return _lower_bound(cascade, stage_probs[-1], labels, safety_sd) >= target_accuracy
+
         thresholds.insert(0, _lowest_meeting(candidates, meets))
     return thresholds
 
