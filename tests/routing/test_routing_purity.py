@@ -41,7 +41,6 @@ FORBIDDEN_MODULES = (
     "scaleforge.data",
     "scaleforge.calibrate",
     "scaleforge.pipeline",
-    "scaleforge.deploy",
     "scaleforge.deployment",
     "scaleforge.cluster",
     "scaleforge.runtime",
