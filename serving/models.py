@@ -104,6 +104,7 @@ class InIngressModel:
     why this is for small models: a cascade's cheap first stage."""
 
     def __init__(self, entry: ModelEntry):
+        self.entry = entry
         forward = self.forward = Forward(entry)
 
         @serve.batch(max_batch_size=entry.max_batch_size, batch_wait_timeout_s=entry.batch_wait_timeout_s)

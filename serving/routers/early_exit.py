@@ -6,7 +6,8 @@ side exit is not confident about run the rest of the network, from the first blo
 (the network's ``predict``: :meth:`scaleforge.models.early_exit.EarlyExitCNN1d.predict`, the cascade's
 policy :func:`scaleforge.routing.escalate` over its exits). So the confident inputs cost a fraction of
 a forward pass, and there is one set of weights to serve. Concurrent requests are merged into one pass
-per threshold, as the ingress merges an in-ingress model's calls.
+per threshold, as the model entry's ``max_batch_size`` and ``batch_wait_timeout_s`` say (as for the
+model's own in-ingress calls).
 """
 
 from typing import Any
@@ -31,8 +32,11 @@ class EarlyExitRouter:
     def __init__(self, entry: EarlyExitEntry, models: ServedModels, info: ModelInfo, metrics: RoutingMetrics):
         self.entry, self.metrics = entry, metrics
         self.network = models.network(entry.model)
+        batching = models.client(entry.model).entry  # its model entry's, as for its plain forward passes
 
-        @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.0)
+        @serve.batch(
+            max_batch_size=batching.max_batch_size, batch_wait_timeout_s=batching.batch_wait_timeout_s
+        )
         async def merged(requests: list[tuple[np.ndarray, float]]) -> list[Answer]:
             return self.run(requests)
 
