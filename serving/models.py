@@ -104,7 +104,8 @@ class InIngressModel:
     why this is for small models: a cascade's cheap first stage."""
 
     def __init__(self, entry: ModelEntry):
-        forward = Forward(entry)
+        self.entry = entry
+        forward = self.forward = Forward(entry)
 
         @serve.batch(max_batch_size=entry.max_batch_size, batch_wait_timeout_s=entry.batch_wait_timeout_s)
         async def merged(batches: list[np.ndarray]) -> list[np.ndarray]:

@@ -1,5 +1,6 @@
 """The Serve apps of bench/serving.py, each on its own route: teacher-only, the cascade (student in the
-ingress, or as a deployment of its own), the bare stage-0 peer and the early-exit network.
+ingress, or as a deployment of its own), the bare stage-0 peer and the early-exit network (its
+``early_exit`` router).
 
 Every use of the serve config's shape (``build_app``'s models, routers and ingress) and of the
 library's deployment code is in this file."""
@@ -11,7 +12,6 @@ from ray.serve.context import _get_global_client
 from scaleforge.deployment.deploy import direct_ingress_urls
 from serving.app import build_app
 from serving_parts.common import MODEL_PROCESSES, THREADS
-from serving_parts.early_exit import EarlyExitServer
 
 
 def deploy(paths: dict[str, str], thresholds: dict[str, float]) -> None:
@@ -35,6 +35,21 @@ def deploy(paths: dict[str, str], thresholds: dict[str, float]) -> None:
         "ingress": ingress,
     }
     separate = {**cascade, "models": [student, teacher]}
+    # The early-exit network in the ingress (its router runs the network's exits), one ingress per
+    # model process; the router is served as "early-exit", the name the load generator asks for.
+    network = {"name": "network", "artifact": paths["early-exit"], **model, "batch_wait_timeout_s": 0.0}
+    early_exit = {
+        "models": [{**network, "in_ingress": True}],
+        "routers": [
+            {
+                "kind": "early_exit",
+                "name": "early-exit",
+                "model": "network",
+                "threshold": thresholds["early exit"],
+            }
+        ],
+        "ingress": {**ingress, "replicas": MODEL_PROCESSES},
+    }
     serve.run(build_app(teacher_only), name="teacher-only", route_prefix="/teacher-only")
     serve.run(build_app(cascade), name="cascade", route_prefix="/cascade")
     serve.run(build_app(separate), name="cascade-2-deployments", route_prefix="/cascade-2-deployments")
@@ -45,13 +60,7 @@ def deploy(paths: dict[str, str], thresholds: dict[str, float]) -> None:
         name="bare",
         route_prefix="/bare",
     )
-    serve.run(
-        EarlyExitServer.options(
-            ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64, num_replicas=MODEL_PROCESSES
-        ).bind(paths["early-exit"], thresholds["early exit"]),
-        name="early-exit",
-        route_prefix="/early-exit",
-    )
+    serve.run(build_app(early_exit), name="early-exit", route_prefix="/early-exit")
 
 
 def direct_urls() -> dict[str, list[str]]:

@@ -7,7 +7,8 @@ here; neither asks the other.
 
 from dataclasses import dataclass
 
-from scaleforge.artifacts.servable import servable_shapes
+from scaleforge.artifacts.servable import manifest_shapes
+from scaleforge.artifacts.store import read_manifest
 from scaleforge.config.routers import TensorSpec
 from scaleforge.config.serve import ServeArgs
 
@@ -38,10 +39,13 @@ def model_infos(args: ServeArgs) -> dict[str, ModelInfo]:
 
     Raises:
         scaleforge.artifacts.ArtifactError: a model's artifact is missing or malformed.
-        ValueError: models that one router combines disagree on shapes.
+        ValueError: models that one router combines disagree on shapes, or a router refuses a
+            model's artifact (its family, from the manifest).
     """
-    shapes = {m.name: servable_shapes(m.artifact) for m in args.models}
+    manifests = {m.name: read_manifest(m.artifact) for m in args.models}
+    shapes = {name: manifest_shapes(manifest) for name, manifest in manifests.items()}
     infos = {name: ModelInfo("model", *shape) for name, shape in shapes.items()}
     for router in args.routers:
+        router.check_manifests({name: manifests[name] for name in router.models()})
         infos[router.name] = ModelInfo(router.kind, *router.served_shapes(shapes), trace=router.trace)
     return infos

@@ -9,6 +9,7 @@ every router of the config through :func:`build_router` and never names a kind.
 from typing import Any, Protocol
 
 import numpy as np
+import torch
 from ray.serve.handle import DeploymentHandle
 
 from scaleforge.config.cli import resolve
@@ -47,6 +48,11 @@ class ServedModels:
     def client(self, name: str) -> "CoalescingClient | InIngressModel":
         """The model's merged call path: ``await client.predict(x)`` gives logits."""
         return self.clients[name]
+
+    def network(self, name: str) -> torch.nn.Module:
+        """The loaded network of a model that runs in this replica (``in_ingress``), for a router that
+        runs parts of it itself (the config refuses others in the entry's ``check_models``)."""
+        return self.clients[name].forward.model.module
 
     def handle(self, name: str) -> DeploymentHandle:
         """The model's deployment handle, for a router that times and retries each call itself (the

@@ -73,7 +73,7 @@ def _kind_mentions(source: str, words: set[str], modules: set[str]) -> list[str]
 
 
 def test_the_config_union_and_the_runtime_routers_come_from_the_registry():
-    assert router_kinds() == ["cascade", "moe"]
+    assert router_kinds() == ["cascade", "moe", "early_exit"]
     assert get_args(get_args(RouterEntries)[0]) == ROUTER_ENTRIES
     assert ServeArgs.model_fields["routers"].annotation == list[RouterEntries]
     protocol = list(inspect.signature(Router.__init__).parameters)

@@ -39,5 +39,9 @@ def load_servable(artifact: str | os.PathLike) -> Servable:
 
 def servable_shapes(artifact: str | os.PathLike) -> tuple[int, int]:
     """(input_dim, num_classes) from the manifest alone, without reading the weights."""
-    manifest = read_manifest(artifact)
+    return manifest_shapes(read_manifest(artifact))
+
+
+def manifest_shapes(manifest: dict) -> tuple[int, int]:
+    """(input_dim, num_classes) of a parsed manifest."""
     return int(manifest["input_dim"]), int(manifest["num_classes"])

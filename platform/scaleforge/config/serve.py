@@ -90,8 +90,8 @@ class ServeArgs(_Section):
 
     models: list[ModelEntry] = Field(min_length=1)
     routers: list[RouterEntries] = Field(default_factory=list)
-    """Served names that answer by calling the models: each entry's ``kind`` says which router
-    (``cascade``, ``moe``; see ``scaleforge.config.routers``)."""
+    """Served names that answer by calling the models: each entry's ``kind`` says which router (one of
+    the kinds registered in ``scaleforge.config.routers``)."""
     ingress: DeploymentSpec = Field(default_factory=lambda: DeploymentSpec(max_ongoing_requests=64))
     auth: AuthSpec = Field(default_factory=AuthSpec)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)

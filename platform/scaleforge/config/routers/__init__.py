@@ -12,11 +12,13 @@ from pydantic import Field
 
 from scaleforge.config.routers.base import NAME_PATTERN, RouterEntry, TensorSpec
 from scaleforge.config.routers.cascade import CascadeEntry, CascadeStageEntry
+from scaleforge.config.routers.early_exit import EarlyExitEntry
 from scaleforge.config.routers.moe import MoEEntry
 
 ROUTER_ENTRIES: tuple[type[RouterEntry], ...] = (
     CascadeEntry,
     MoEEntry,
+    EarlyExitEntry,
 )
 """Every router kind's entry class."""
 
@@ -40,6 +42,7 @@ def request_parameters() -> dict[str, type]:
 __all__ = [
     "CascadeEntry",
     "CascadeStageEntry",
+    "EarlyExitEntry",
     "MoEEntry",
     "NAME_PATTERN",
     "request_parameters",

@@ -8,7 +8,7 @@ the library never imports ``serving``).
 """
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Union
 
 from pydantic import Field
 
@@ -54,6 +54,10 @@ class RouterEntry(_Section):
 
     def check_models(self, served: dict[str, "ModelEntry"]) -> None:
         """Refuse model entries this router cannot call (raise ValueError naming them); all by default."""
+
+    def check_manifests(self, manifests: dict[str, dict[str, Any]]) -> None:
+        """Refuse models whose artifacts cannot serve this router, from their manifests (raise ValueError
+        naming them; read before deployment, no weights loaded); all by default."""
 
     def served_shapes(self, shapes: dict[str, Shapes]) -> Shapes:
         """The shapes it serves, from its models' (read from their manifests).
