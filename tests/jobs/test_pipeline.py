@@ -34,24 +34,20 @@ from scaleforge.cluster.local import RAY
 from scaleforge.cluster.machines import disk_of
 
 TINY = [
-    "--set",
-    "teacher.set=[data.num_samples=3000, optim.epochs=1, scaling.num_workers=1]",
-    "--set",
-    "async_sgd.set=[data.num_samples=3000, workers.epochs=1, run.eval_every_s=0.5]",
-    "--set",
-    "async_sgd.modes=[async]",
-    "--set",
-    "compress.set=[data.num_samples=3000, recipe.0.optim.epochs=1, recipe.0.compare_hard_labels=false, "
-    "'sweeps=[]', measure.repeats=2, scaling.num_workers=1]",
-    "--set",
-    # 2 experts
-    "moe.set=[data.num_samples=3000, optim.epochs=1, model.num_experts=2, scaling.num_workers=1]",
-    "--set",
-    "calibrate.set=[data.num_samples=3000]",
-    "--set",
-    "query.max_inputs=128",
-    "--set",
-    "query.seconds=0",
+    arg
+    for override in (
+        "teacher.set=[data.num_samples=3000, optim.epochs=1, scaling.num_workers=1]",
+        "async_sgd.set=[data.num_samples=3000, workers.epochs=1, run.eval_every_s=0.5]",
+        "async_sgd.modes=[async]",
+        "compress.set=[data.num_samples=3000, recipe.0.optim.epochs=1, recipe.0.compare_hard_labels=false, "
+        "'sweeps=[]', measure.repeats=2, scaling.num_workers=1]",
+        # 2 experts
+        "moe.set=[data.num_samples=3000, optim.epochs=1, model.num_experts=2, scaling.num_workers=1]",
+        "calibrate.set=[data.num_samples=3000]",
+        "query.max_inputs=128",
+        "query.seconds=0",
+    )
+    for arg in ("--set", override)
 ]
 
 
