@@ -22,11 +22,11 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2, service_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 
+from scaleforge.serving_contract import ProtocolError
 from serving import binary
 from serving.protocol import (
     InferRequest,
     ParsedRequest,
-    ProtocolError,
     RequestInput,
     RequestOutput,
     check_input,

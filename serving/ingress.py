@@ -26,15 +26,14 @@ from ray.serve.handle import DeploymentHandle
 
 import scaleforge
 from scaleforge.config.serve import AuthSpec, ServeArgs
-from scaleforge.serving_contract import ModelInfo
+from scaleforge.serving_contract import ModelInfo, ProtocolError, logits_tensor, predict
 from serving import binary, grpc_v2
 from serving.metrics import RoutingMetrics
-from serving.models import CoalescingClient, InIngressModel, logits_tensor, predict
+from serving.models import CoalescingClient, InIngressModel
 from serving.protocol import (
     SERVER_TIMING,
     InferRequest,
     ParsedRequest,
-    ProtocolError,
     infer_response,
     model_metadata,
     parse_infer_request,

@@ -10,37 +10,11 @@ import numpy as np
 import ray
 import torch
 from ray import serve
-from ray.exceptions import RayActorError
-from ray.serve.exceptions import ReplicaUnavailableError
 from ray.serve.handle import DeploymentHandle
 
 from scaleforge.artifacts.servable import load_servable
 from scaleforge.config.serve import ModelEntry
-
-
-async def predict(handle: DeploymentHandle, x: np.ndarray, retries: int = 2) -> np.ndarray:
-    """Logits from a :class:`ModelServer`, retrying when the replica died under the request.
-
-    A replica killed mid-request fails that request with ``RayActorError``; inference is
-    idempotent, so it is resent (Serve routes it to a live replica) instead of reaching the client.
-    """
-    for _ in range(retries):
-        try:
-            return await handle.predict.remote(x)
-        except (RayActorError, ReplicaUnavailableError):
-            continue
-    return await handle.predict.remote(x)
-
-
-def logits_tensor(array: np.ndarray) -> torch.Tensor:
-    """A tensor of logits received from another replica. Arrays out of Ray's object store are
-    read-only, which torch cannot share (it warns), so they are copied: a few KB per request."""
-    return torch.from_numpy(np.array(array))
-
-
-def split_like(batches: list[np.ndarray], merged: np.ndarray) -> list[np.ndarray]:
-    """The rows of ``merged`` (computed on the batches concatenated) back per batch, in order."""
-    return np.split(merged, np.cumsum([len(x) for x in batches])[:-1])
+from scaleforge.serving_contract import predict, split_like
 
 
 class _RowBatchesAreNotRequests(logging.Filter):

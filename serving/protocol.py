@@ -17,23 +17,17 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
-from scaleforge.config.routers import request_parameters
+from scaleforge.routers import request_parameters
+from scaleforge.serving_contract import ProtocolError
 from serving import binary
 
 if TYPE_CHECKING:
     from scaleforge.serving_contract import ModelInfo
 
+
 PROTOCOL = "v2"
 INPUT_NAME = "input"
 Scalar = Union[bool, int, float, str]
-
-
-class ProtocolError(Exception):
-    """A request the server refuses: ``status`` is the HTTP status, ``message`` says why."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status, self.message = status, message
 
 
 class RequestInput(BaseModel):
@@ -58,7 +52,7 @@ class RequestOutput(BaseModel):
 
 class InferRequest(BaseModel):
     """``POST /v2/models/{name}/infer`` body. Routing options go in ``parameters``: ``trace`` (bool)
-    and each router's own (``scaleforge.config.routers``: ``min_confidence`` and ``max_stage`` of a
+    and each router's own (``scaleforge.routers``: ``min_confidence`` and ``max_stage`` of a
     cascade, ``top_k`` of an MoE router)."""
 
     model_config = ConfigDict(extra="allow")

@@ -24,8 +24,9 @@ from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
 
 from scaleforge.artifacts.servable import load_servable  # noqa: E402
+from scaleforge.serving_contract import ProtocolError  # noqa: E402
 from serving.binary import HEADER  # noqa: E402
-from serving.protocol import ProtocolError, infer_response, parse_infer_request, render  # noqa: E402
+from serving.protocol import infer_response, parse_infer_request, render  # noqa: E402
 
 MAX_BATCH = 1024  # the Serve ingress's default limit (LimitsSpec.max_batch_size)
 

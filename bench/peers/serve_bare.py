@@ -9,9 +9,9 @@ from ray import serve
 
 from scaleforge.artifacts.servable import load_servable
 from scaleforge.config.serve import ModelEntry
+from scaleforge.serving_contract import ProtocolError, split_like
 from serving.binary import HEADER
-from serving.models import split_like
-from serving.protocol import ProtocolError, infer_response, parse_infer_request, render
+from serving.protocol import infer_response, parse_infer_request, render
 
 THREADS = ModelEntry.model_fields["threads"].default
 MAX_BATCH_SIZE = ModelEntry.model_fields["max_batch_size"].default

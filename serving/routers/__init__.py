@@ -1,9 +1,9 @@
-"""Routers: served names that answer by calling other served models, one file per kind.
+"""Routers: served names that answer by calling other served models; what the ingress gives them.
 
-A router kind is its entry in ``scaleforge.config.routers`` (fields, the models it calls, its trace
-outputs and request parameters, torch-free) and a class here satisfying :class:`Router`, which the
-entry names by import path (``router = "serving.routers.<kind>:<Class>"``). The ingress builds
-every router of the config through :func:`build_router` and never names a kind.
+A router kind is one file in :mod:`scaleforge.routers`: its entry (fields, the models it calls, its
+trace outputs and request parameters) and its runtime class (the entry's ``router``), which satisfies
+:class:`Router` here. The ingress builds every router of the config through :func:`build_router`
+and never names a kind.
 """
 
 from typing import Any, Protocol
@@ -12,8 +12,7 @@ import numpy as np
 import torch
 from ray.serve.handle import DeploymentHandle
 
-from scaleforge.config.cli import resolve
-from scaleforge.config.routers import RouterEntry
+from scaleforge.routers import RouterEntry
 from scaleforge.serving_contract import ModelInfo
 from serving.metrics import RoutingMetrics
 from serving.models import CoalescingClient, InIngressModel
@@ -28,7 +27,7 @@ class Answers(Protocol):
         """(outputs by name, the response's ``parameters`` summary) for a checked [batch, input_dim] FP32.
 
         Raises:
-            serving.protocol.ProtocolError: a request it refuses (a parameter out of range: 400;
+            scaleforge.serving_contract.ProtocolError: a request it refuses (a parameter out of range: 400;
                 nothing left to answer with: 503).
         """
         ...
@@ -70,8 +69,8 @@ class Router(Answers, Protocol):
 
 
 def build_router(entry: RouterEntry, models: ServedModels, metrics: RoutingMetrics) -> Router:
-    """The runtime router that ``entry.router`` names (or is), built for this replica."""
-    return resolve(entry.router)(entry, models, models.infos[entry.name], metrics)
+    """The entry's runtime router (``entry.router``), built for this replica."""
+    return entry.router(entry, models, models.infos[entry.name], metrics)
 
 
 __all__ = ["Answers", "Router", "ServedModels", "build_router"]

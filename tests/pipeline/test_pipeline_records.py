@@ -12,7 +12,6 @@ import jobs.pipeline
 from scaleforge.cluster import free_ports
 from scaleforge.config import PipelineConfig, ServeConfig, load_config
 from scaleforge.config.pipeline import STAGES, ServeStageSpec
-from scaleforge.config.routers import CascadeEntry, MoEEntry
 from scaleforge.config.serve import ServeArgs
 from scaleforge.pipeline import Pipeline, Records
 from scaleforge.pipeline.records import (
@@ -25,6 +24,7 @@ from scaleforge.pipeline.records import (
 )
 from scaleforge.pipeline.serve import ServeStage, write_serve_yaml
 from scaleforge.pipeline.serve_plan import serve_args
+from scaleforge.routers import CascadeEntry, MoEEntry
 
 
 @pytest.fixture

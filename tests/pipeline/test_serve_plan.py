@@ -22,7 +22,6 @@ from serving_env import serve_args, trained_models  # noqa: E402
 import jobs.pipeline  # noqa: E402
 from scaleforge.config import PipelineConfig, ServeConfig, load_config  # noqa: E402
 from scaleforge.config.pipeline import STAGES  # noqa: E402
-from scaleforge.config.routers import CascadeEntry, MoEEntry  # noqa: E402
 from scaleforge.pipeline import Pipeline  # noqa: E402
 from scaleforge.pipeline.records import (  # noqa: E402
     AsyncSGDRecord,
@@ -30,6 +29,7 @@ from scaleforge.pipeline.records import (  # noqa: E402
     MoERecord,
     TrainRecord,
 )
+from scaleforge.routers import CascadeEntry, MoEEntry  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # trains the small models, deploys 8 replicas
 

@@ -1,30 +1,26 @@
-"""A router kind the library does not register, written the way a new kind is: its entry and its runtime
-class, nothing else. ``test_router_plugins`` serves it through the unchanged ingress.
+"""A router kind the library does not register, written the way a new kind is: one file holding its
+runtime class and its entry, nothing else; ``test_router_plugins`` registers it (``EnsembleArgs``) and
+serves it through the unchanged ingress.
 
 It lives in a module of its own (not the test file) so that Serve's replicas, which import it by name
 (``tests.serving.ensemble_router``, from the driver's working directory), find it.
 """
 
 import asyncio
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import numpy as np
 from pydantic import Field
 
-from scaleforge.config.routers import ROUTER_ENTRIES, RouterEntry, TensorSpec
 from scaleforge.config.serve import ServeArgs
-from scaleforge.serving_contract import ModelInfo
-from serving.metrics import RoutingMetrics
-from serving.models import logits_tensor
-from serving.routers import ServedModels
+from scaleforge.routers import ROUTER_ENTRIES, RouterEntry, TensorSpec
+from scaleforge.serving_contract import ModelInfo, logits_tensor
 
 
 class EnsembleRouter:
     """Averages its members' probabilities; ``trace`` says whether every member picked the same class."""
 
-    def __init__(
-        self, entry: "EnsembleEntry", models: ServedModels, info: ModelInfo, metrics: RoutingMetrics
-    ):
+    def __init__(self, entry: "EnsembleEntry", models: Any, info: ModelInfo, metrics: Any):
         self.members = [models.client(name) for name in entry.models()]
 
     async def infer(
@@ -46,7 +42,7 @@ class EnsembleEntry(RouterEntry):
     kind: Literal["ensemble"]
     members: list[str] = Field(min_length=2)
 
-    router: ClassVar = EnsembleRouter
+    router = EnsembleRouter
     trace = (TensorSpec("agreement", "BOOL", (-1,)),)
 
     def models(self) -> list[str]:
@@ -55,7 +51,7 @@ class EnsembleEntry(RouterEntry):
 
 class EnsembleArgs(ServeArgs):
     """The serve args with the ensemble registered beside the library's kinds (what one registration
-    line in ``scaleforge.config.routers.ROUTER_ENTRIES`` does for a kind of the library)."""
+    line in ``scaleforge.routers.ROUTER_ENTRIES`` does for a kind of the library)."""
 
     routers: list[Annotated[Union[(*ROUTER_ENTRIES, EnsembleEntry)], Field(discriminator="kind")]] = Field(
         default_factory=list

@@ -6,7 +6,7 @@ from serving_env import serve_args, trained_models
 
 import jobs.calibrate
 from scaleforge.config import ServeConfig, load_config
-from scaleforge.config.routers import CascadeEntry
+from scaleforge.routers import CascadeEntry
 
 pytestmark = pytest.mark.slow  # trains the session's small models unless the HTTP tests already did
 

@@ -8,8 +8,9 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from scaleforge.config.serve import GrpcOptions
+from scaleforge.serving_contract import ProtocolError
 from serving import grpc_v2
-from serving.protocol import ProtocolError, infer_response
+from serving.protocol import infer_response
 
 
 def _request(rows: np.ndarray, *, raw: bool = True, **parameters) -> pb.ModelInferRequest:

@@ -1,6 +1,7 @@
-"""Adding a router kind is its entry, its runtime class and one registration: the ingress, the serve
-config's union, deployment and the protocol name no kind, and a kind defined outside the library
-(``ensemble_router``, an ensemble) is checked, described and served over real HTTP by the same code."""
+"""Adding a router kind is one file (its entry and its runtime class) and one registration line: each
+built-in kind is one module of ``scaleforge.routers``; the ingress, the serve config's union,
+deployment and the protocol name no kind; and a kind defined outside the library (``ensemble_router``,
+an ensemble, one file) is checked, described and served over real HTTP by the same code."""
 
 import ast
 import inspect
@@ -18,10 +19,9 @@ from serving_env import running_serve, small_deployment, v2_body
 
 from scaleforge.artifacts import save_artifact
 from scaleforge.artifacts.servable import load_servable
-from scaleforge.config.cli import resolve
-from scaleforge.config.routers import ROUTER_ENTRIES, RouterEntries, router_kinds
 from scaleforge.config.serve import ServeArgs
 from scaleforge.models import MLPSpec, build_model
+from scaleforge.routers import ROUTER_ENTRIES, RouterEntries, router_kinds
 from scaleforge.serving_contract import model_infos
 from serving.app import build_app
 from serving.routers import Router
@@ -36,6 +36,7 @@ KIND_FREE = sorted(
         REPO / "serving" / "routers" / "__init__.py",
         REPO / "platform" / "scaleforge" / "config" / "serve.py",
         REPO / "platform" / "scaleforge" / "serving_contract.py",
+        REPO / "platform" / "scaleforge" / "routers" / "base.py",
         *(REPO / "platform" / "scaleforge" / "deployment").glob("*.py"),
     ]
 )
@@ -46,7 +47,7 @@ def _kind_names() -> tuple[set[str], set[str]]:
     """(words that name a kind: the kind, its plural, its entry and runtime classes; modules of a kind)."""
     words, modules = set(), set()
     for entry in ROUTER_ENTRIES:
-        runtime = resolve(entry.router)
+        runtime = entry.router
         kind = get_args(entry.model_fields["kind"].annotation)[0]
         words |= {kind, f"{kind}s", entry.__name__, runtime.__name__}
         modules |= {entry.__module__, runtime.__module__}
@@ -78,10 +79,22 @@ def test_the_config_union_and_the_runtime_routers_come_from_the_registry():
     assert ServeArgs.model_fields["routers"].annotation == list[RouterEntries]
     protocol = list(inspect.signature(Router.__init__).parameters)
     for entry in ROUTER_ENTRIES:
-        runtime = resolve(entry.router)
-        assert runtime.__module__.startswith("serving.routers.")
+        runtime = entry.router
         assert list(inspect.signature(runtime.__init__).parameters) == protocol
         assert inspect.iscoroutinefunction(runtime.infer)
+
+
+def test_each_built_in_kind_is_one_module_holding_its_entry_and_its_runtime():
+    package = REPO / "platform" / "scaleforge" / "routers"
+    modules = [inspect.getmodule(entry) for entry in ROUTER_ENTRIES]
+    for entry, module in zip(ROUTER_ENTRIES, modules):
+        kind = get_args(entry.model_fields["kind"].annotation)[0]
+        assert inspect.getmodule(entry.router) is module
+        assert module.__name__ == f"scaleforge.routers.{kind}"
+        assert Path(module.__file__) == package / f"{kind}.py"
+    assert sorted(p.name for p in package.glob("*.py")) == sorted(
+        ["__init__.py", "base.py", *(Path(m.__file__).name for m in modules)]
+    )
 
 
 def test_no_module_that_every_router_goes_through_names_a_router_kind():
@@ -99,9 +112,9 @@ def test_no_module_that_every_router_goes_through_names_a_router_kind():
     [
         'if kind == "cascade":\n    pass',
         "for router in args.moe:\n    pass",
-        "from serving.routers.moe import MoERouter",
-        "from scaleforge.config.routers import CascadeEntry",
-        "import scaleforge.config.routers.cascade",
+        "from scaleforge.routers.moe import MoERouter",
+        "from scaleforge.routers import CascadeEntry",
+        "import scaleforge.routers.cascade",
     ],
 )
 def test_the_kind_reader_sees_every_way_of_naming_a_kind(source):

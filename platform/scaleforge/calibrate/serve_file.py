@@ -13,9 +13,9 @@ import yaml
 from scaleforge.calibrate.cascade import CascadeCalibration, calibrate_cascade
 from scaleforge.config.calibrate import CalibrateConfig
 from scaleforge.config.loader import ConfigError
-from scaleforge.config.routers import CascadeEntry
 from scaleforge.config.serve import ServeConfig
 from scaleforge.data.preflight import check_files
+from scaleforge.routers import CascadeEntry
 from scaleforge.storage import is_file, read_text, write_atomic
 
 

@@ -11,8 +11,8 @@ from typing import Literal, Optional, TypeVar
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from scaleforge.config.deployment import DeploymentSpec
-from scaleforge.config.routers import NAME_PATTERN, RouterEntries, RouterEntry
 from scaleforge.config.schema import _Section
+from scaleforge.routers import NAME_PATTERN, RouterEntries, RouterEntry
 
 Entry = TypeVar("Entry", bound=RouterEntry)
 
@@ -91,7 +91,7 @@ class ServeArgs(_Section):
     models: list[ModelEntry] = Field(min_length=1)
     routers: list[RouterEntries] = Field(default_factory=list)
     """Served names that answer by calling the models: each entry's ``kind`` says which router (one of
-    the kinds registered in ``scaleforge.config.routers``)."""
+    the kinds registered in ``scaleforge.routers``)."""
     ingress: DeploymentSpec = Field(default_factory=lambda: DeploymentSpec(max_ongoing_requests=64))
     auth: AuthSpec = Field(default_factory=AuthSpec)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)

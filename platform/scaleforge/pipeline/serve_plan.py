@@ -7,9 +7,9 @@ writes it as the run's one serve config.
 """
 
 from scaleforge.config.pipeline import ServeStageSpec
-from scaleforge.config.routers import CascadeEntry, MoEEntry
 from scaleforge.config.serve import ServeArgs
 from scaleforge.pipeline.records import Records
+from scaleforge.routers import CascadeEntry, MoEEntry
 
 
 def served_artifact(spec: ServeStageSpec, records: Records, name: str) -> str:

@@ -1,7 +1,7 @@
 """The router kinds a serve config's ``routers:`` list takes, one registration line each.
 
-Adding a router kind: its entry (a :class:`RouterEntry` subclass, torch-free) in a file here, its
-runtime router in ``serving/routers/`` (the class the entry's ``router`` names), and one line in
+Adding a router kind is one file here (its entry, a :class:`RouterEntry` subclass, and its runtime
+class, the entry's ``router``; see :mod:`scaleforge.routers.base`) and one line in
 :data:`ROUTER_ENTRIES`. The config union, the deployment checks, the trace outputs and the
 ingress all read the kinds from here.
 """
@@ -10,10 +10,10 @@ from typing import Annotated, Union
 
 from pydantic import Field
 
-from scaleforge.config.routers.base import NAME_PATTERN, RouterEntry, TensorSpec
-from scaleforge.config.routers.cascade import CascadeEntry, CascadeStageEntry
-from scaleforge.config.routers.early_exit import EarlyExitEntry
-from scaleforge.config.routers.moe import MoEEntry
+from scaleforge.routers.base import NAME_PATTERN, RouterEntry, TensorSpec
+from scaleforge.routers.cascade import CascadeEntry, CascadeStageEntry
+from scaleforge.routers.early_exit import EarlyExitEntry
+from scaleforge.routers.moe import MoEEntry
 
 ROUTER_ENTRIES: tuple[type[RouterEntry], ...] = (
     CascadeEntry,

@@ -1,4 +1,4 @@
-"""Early-exit router: one network served as a cascade of its own exits (BranchyNet).
+"""The early-exit router: one network served as a cascade of its own exits (BranchyNet).
 
 The network runs in the ingress replica (its model entry sets ``in_ingress``, which the entry's
 ``check_models`` asks for). Every input runs the first blocks and the side exit; only the inputs the
@@ -10,26 +10,30 @@ per threshold, as the model entry's ``max_batch_size`` and ``batch_wait_timeout_
 model's own in-ingress calls).
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
-from ray import serve
+from pydantic import Field
 
-from scaleforge.config.routers import EarlyExitEntry
-from scaleforge.serving_contract import ModelInfo
-from serving.metrics import RoutingMetrics
-from serving.models import split_like
-from serving.routers import ServedModels
+from scaleforge.routers.base import RouterEntry, Shapes, TensorSpec
+
+if TYPE_CHECKING:
+    import torch
+
+    from scaleforge.config.serve import ModelEntry
+    from scaleforge.serving_contract import ModelInfo
 
 Answer = tuple[np.ndarray, np.ndarray, np.ndarray]
 """One request's (probabilities, answering exit, its confidence)."""
 
 
 class EarlyExitRouter:
-    """Answers from the side exit where it is confident enough, else from the final exit."""
+    """Answers from the side exit where it is confident enough, else from the final exit (``models``:
+    the replica's ``serving.routers.ServedModels``; ``metrics``: its ``serving.metrics.RoutingMetrics``)."""
 
-    def __init__(self, entry: EarlyExitEntry, models: ServedModels, info: ModelInfo, metrics: RoutingMetrics):
+    def __init__(self, entry: "EarlyExitEntry", models: Any, info: "ModelInfo", metrics: Any):
+        from ray import serve
+
         self.entry, self.metrics = entry, metrics
         self.network = models.network(entry.model)
         batching = models.client(entry.model).entry  # its model entry's, as for its plain forward passes
@@ -56,6 +60,10 @@ class EarlyExitRouter:
 
     def run(self, requests: list[tuple[np.ndarray, float]]) -> list[Answer]:
         """One pass of the network per distinct threshold among ``requests``, split back per request."""
+        import torch
+
+        from scaleforge.serving_contract import split_like
+
         answers: list[Answer] = [None] * len(requests)
         for threshold in sorted({t for _, t in requests}):
             chosen = [i for i, (_, t) in enumerate(requests) if t == threshold]
@@ -76,8 +84,52 @@ class EarlyExitRouter:
             self._count(result.stage)
         return answers
 
-    def _count(self, exits: torch.Tensor) -> None:
+    def _count(self, exits: "torch.Tensor") -> None:
         onward = int((exits > 0).sum())
         self.metrics.add(self.metrics.stage_inputs, len(exits), model=self.entry.name, stage="0")
         self.metrics.add(self.metrics.escalations, onward, model=self.entry.name, stage="0")
         self.metrics.add(self.metrics.stage_inputs, onward, model=self.entry.name, stage="1")
+
+
+class EarlyExitEntry(RouterEntry):
+    """A network with several exits (``capabilities.exits > 1``) answering from its side exit when that
+    is confident, and running the rest of the network only for the inputs it is not."""
+
+    kind: Literal["early_exit"]
+    model: str
+    """The served model whose artifact is the network; it runs in the ingress (``in_ingress: true``)."""
+    measure: Literal["max_prob", "margin", "entropy"] = "max_prob"
+    """Confidence measure at the side exit (see ``scaleforge.routing.confidence``)."""
+    threshold: float = Field(ge=0.0)
+    """Inputs whose side-exit confidence is below this run the rest of the network (``.inf``: all do;
+    ``0``: none do). A request's ``parameters.min_confidence`` overrides it."""
+
+    router = EarlyExitRouter
+    trace = (TensorSpec("exit", "INT64", (-1,)), TensorSpec("confidence", "FP32", (-1,)))
+    parameters = {"min_confidence": float}
+
+    def models(self) -> list[str]:
+        return [self.model]
+
+    def check_models(self, served: dict[str, "ModelEntry"]) -> None:
+        if not served[self.model].in_ingress:
+            raise ValueError(
+                f"early_exit {self.name!r}: model {self.model!r} needs in_ingress: true (the router "
+                "runs the network's exits itself, in the ingress replica)"
+            )
+
+    def check_manifests(self, manifests: dict[str, dict[str, Any]]) -> None:
+        """The network's family must have a side exit: the manifest's model name, asked for its
+        capabilities (no weights read)."""
+        from scaleforge.config.models import capabilities_of
+
+        family = manifests[self.model]["model"]["name"]
+        exits = capabilities_of(family).exits
+        if exits < 2:
+            raise ValueError(
+                f"early_exit {self.name!r}: model {self.model!r} is a {family} network with {exits} "
+                "exit; an early-exit router needs a family with at least 2 (capabilities.exits)"
+            )
+
+    def served_shapes(self, shapes: dict[str, Shapes]) -> Shapes:
+        return shapes[self.model]

@@ -1,18 +1,17 @@
-"""What every router declares: the contract half of a router, torch-free, read by config and deployment.
+"""What every router kind declares: its config entry, read by config and deployment, and its runtime.
 
 A router is a served name that answers by calling other served models (a cascade, an MoE router).
-Its config entry says which models it calls, which trace outputs and request parameters it has,
-what shape it serves and where its models would rather run; ``serving/routers/`` holds the code
-that answers, named by :attr:`RouterEntry.router` (an import path, as an app's ``import_path``:
-the library never imports ``serving``).
+A kind is one file in this package: its entry (a :class:`RouterEntry` subclass: which models it calls,
+which trace outputs and request parameters it has, what shape it serves and where its models would
+rather run) and the runtime class that answers (:attr:`RouterEntry.router`, satisfying the
+``serving.routers.Router`` protocol). The file imports no torch, Ray or ``serving`` at module level:
+building a config stays torch-free, and the runtime's methods import what they run.
 """
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import Field
-
-from scaleforge.config.schema import _Section
+from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     from scaleforge.config.serve import ModelEntry
@@ -20,6 +19,12 @@ if TYPE_CHECKING:
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 Shapes = tuple[int, int]
 """(input_dim, num_classes) of a served name."""
+
+
+class Section(BaseModel):
+    """A block of a router entry: unknown keys are refused (as every config section)."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 @dataclass(frozen=True)
@@ -31,18 +36,18 @@ class TensorSpec:
     shape: tuple[int, ...]
 
 
-class RouterEntry(_Section):
+class RouterEntry(Section):
     """A router's entry in ``routers:``. A router kind subclasses this with ``kind: Literal["<kind>"]``,
-    its fields, and the class variables below, and is registered in :mod:`scaleforge.config.routers`."""
+    its fields, and the class variables below, and is registered in :mod:`scaleforge.routers`."""
 
     kind: str
     """The router kind (one of the registered kinds)."""
     name: str = Field(pattern=NAME_PATTERN)
     """Name in the URL: ``/v2/models/{name}``."""
 
-    router: ClassVar[Union[str, type]]
-    """Import path of the runtime router in ``serving/`` (``serving.routers.<kind>:<Class>``), or the
-    class itself where the entry is defined beside it (outside the library)."""
+    router: ClassVar[type]
+    """The runtime router class, defined beside the entry: built once per ingress replica as
+    ``router(entry, models, info, metrics)`` (the ``serving.routers.Router`` protocol)."""
     trace: ClassVar[tuple[TensorSpec, ...]] = ()
     """Outputs added when a request sets ``parameters.trace``."""
     parameters: ClassVar[dict[str, type]] = {}

@@ -1,39 +1,43 @@
-"""MoE router: a gate deployment scores the experts, each input goes to its top-k available experts.
+"""The MoE router: a gate model picks top-k expert models per input; their outputs are combined.
 
-Runs inside the ingress replica; the gate and every expert are separate model deployments. Load
-awareness: an expert with ``capacity`` requests in flight from this router is saturated, and one
-whose call failed or timed out is down for ``down_for_s``; the inputs that preferred it go to
-their next-best expert (:func:`scaleforge.routing.choose_experts`), and ``trace`` reports it.
+Its runtime runs inside the ingress replica; the gate and every expert are separate model
+deployments. Load awareness: an expert with ``capacity`` requests in flight from this router is
+saturated, and one whose call failed or timed out is down for ``down_for_s``; the inputs that
+preferred it go to their next-best expert (:func:`scaleforge.routing.choose_experts`), and ``trace``
+reports it.
 """
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
-from scaleforge.config.routers import MoEEntry
-from scaleforge.routing import NoExpertAvailable, choose_experts, combine_outputs, uncomputed_experts
-from scaleforge.serving_contract import ModelInfo
-from serving.metrics import RoutingMetrics
-from serving.models import logits_tensor, predict
-from serving.protocol import ProtocolError
-from serving.routers import ServedModels
+from scaleforge.routers.base import RouterEntry, Shapes, TensorSpec, same_shapes
+
+if TYPE_CHECKING:
+    import torch
+
+    from scaleforge.config.serve import ModelEntry
+    from scaleforge.serving_contract import ModelInfo
 
 
 class MoERouter:
-    """Top-k routing over expert deployments with fallback to the next-best expert."""
+    """Top-k routing over expert deployments with fallback to the next-best expert (``models``: the
+    replica's ``serving.routers.ServedModels``; ``metrics``: its ``serving.metrics.RoutingMetrics``)."""
 
-    def __init__(self, entry: MoEEntry, models: ServedModels, info: ModelInfo, metrics: RoutingMetrics):
+    def __init__(self, entry: "MoEEntry", models: Any, info: "ModelInfo", metrics: Any):
         self.entry, self.metrics, self.num_classes = entry, metrics, info.num_classes
         self.gate = models.handle(entry.gate)
         self.experts = [models.handle(name) for name in entry.experts]
         self.ongoing = [0] * len(self.experts)
         self.down_until = [0.0] * len(self.experts)
 
-    def available(self) -> torch.Tensor:
+    def available(self) -> "torch.Tensor":
         """[num_experts] bool: neither saturated nor recently failed."""
+        import torch
+
         now = time.monotonic()
         return torch.tensor(
             [
@@ -46,6 +50,11 @@ class MoERouter:
         self, x: np.ndarray, parameters: dict[str, Any]
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Combined probabilities for every input; with ``trace``, the experts used and the fallbacks."""
+        import torch
+
+        from scaleforge.routing import NoExpertAvailable, choose_experts, combine_outputs, uncomputed_experts
+        from scaleforge.serving_contract import ProtocolError, logits_tensor, predict
+
         k = parameters.get("top_k", self.entry.top_k)
         if not 1 <= k <= len(self.experts):
             raise ProtocolError(
@@ -84,9 +93,11 @@ class MoERouter:
         return outputs, summary
 
     async def _compute(
-        self, x: np.ndarray, chosen: torch.Tensor, expert_logits: torch.Tensor, computed: torch.Tensor
+        self, x: np.ndarray, chosen: "torch.Tensor", expert_logits: "torch.Tensor", computed: "torch.Tensor"
     ) -> bool:
         """Run every chosen expert on its not-yet-computed inputs; False if any expert failed."""
+        from scaleforge.serving_contract import logits_tensor
+
         work = []
         for expert in chosen.unique().tolist():
             rows = ((chosen == expert).any(dim=1) & ~computed[:, expert]).nonzero().flatten()
@@ -108,6 +119,8 @@ class MoERouter:
         return ok
 
     async def _call(self, expert: int, x: np.ndarray) -> np.ndarray:
+        from scaleforge.serving_contract import predict
+
         self.ongoing[expert] += 1
         try:
             return await asyncio.wait_for(
@@ -123,3 +136,58 @@ class MoERouter:
 
     def _tags(self, expert: int) -> dict[str, str]:
         return {"model": self.entry.name, "expert": str(expert)}
+
+
+class MoEEntry(RouterEntry):
+    """A gate model picks top-k expert models per input; their outputs are combined by the gate's weights."""
+
+    kind: Literal["moe"]
+    gate: str
+    """The served gate model (outputs one logit per expert)."""
+    experts: list[str] = Field(min_length=1)
+    """Served expert models, in the gate's expert order."""
+    top_k: PositiveInt = 2
+    """Default experts per input (a request may override it)."""
+    combine: Literal["topk", "noisy_topk", "gumbel"] = "topk"
+    """The gate family the experts were trained with (how the weights are formed)."""
+    capacity: PositiveInt = 8
+    """Ongoing requests per expert (per router replica) before it counts as saturated."""
+    expert_timeout_s: PositiveFloat = 2.0
+    """An expert that has not answered in this time counts as down; its inputs fall back."""
+    down_for_s: NonNegativeFloat = 5.0
+    """How long a failed expert is skipped before it is tried again."""
+
+    router = MoERouter
+    trace = (TensorSpec("experts", "INT64", (-1, -1)), TensorSpec("fallback", "BOOL", (-1, -1)))
+    parameters = {"top_k": int}
+
+    @model_validator(mode="after")
+    def _k(self) -> "MoEEntry":
+        if self.top_k > len(self.experts):
+            raise ValueError(
+                f"moe {self.name!r}: top_k ({self.top_k}) exceeds the number of experts ({len(self.experts)})"
+            )
+        return self
+
+    def models(self) -> list[str]:
+        return [self.gate, *self.experts]
+
+    def check_models(self, served: dict[str, "ModelEntry"]) -> None:
+        inside = [name for name in self.models() if served[name].in_ingress]
+        if inside:
+            raise ValueError(
+                f"moe {self.name!r}: {', '.join(inside)} set in_ingress; a router calls its gate and "
+                "experts as deployments (each with its own timeout and fallback)"
+            )
+
+    def served_shapes(self, shapes: dict[str, Shapes]) -> Shapes:
+        """The experts' shapes; the gate maps the same features to one score per expert."""
+        input_dim, num_classes = same_shapes(self.describe(), self.experts, shapes)
+        gate_in, gate_out = shapes[self.gate]
+        if gate_out != len(self.experts) or gate_in != input_dim:
+            raise ValueError(
+                f"moe {self.name!r}: gate '{self.gate}' maps {gate_in} features to "
+                f"{gate_out} scores; it needs {input_dim} features and one score "
+                f"per expert ({len(self.experts)})"
+            )
+        return input_dim, num_classes
