@@ -2,7 +2,7 @@
 
 Every model is its own deployment (replicas, autoscaling and admission limits from config), except
 those marked ``in_ingress``, which run inside the ingress; the ingress holds the routers and a
-handle to each model deployment (routers: ``serving/routers/``).
+handle to each model deployment (router kinds: ``scaleforge/routers/``, one file each).
 """
 
 from ray.serve import Application

@@ -23,7 +23,7 @@ from scaleforge.config.models import MODEL_NAMES
 LIBRARY = REPO / "platform" / "scaleforge"
 SCANNED = [LIBRARY, REPO / "jobs", REPO / "serving", REPO / "bench"]
 REGISTRY = [LIBRARY / "models", LIBRARY / "config" / "models.py"]
-OTHER_MEANINGS = {"moe": [LIBRARY / "pipeline", LIBRARY / "config" / "routers", REPO / "serving" / "routers"]}
+OTHER_MEANINGS = {"moe": [LIBRARY / "pipeline", LIBRARY / "routers"]}
 """Family names that are also the name of a pipeline stage or a serving router, and where they are."""
 
 
