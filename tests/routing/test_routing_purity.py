@@ -92,7 +92,7 @@ def test_routing_imports_no_io_ray_or_yaml_and_opens_nothing():
             "t.py:1 imports scaleforge.artifacts.servable.load_servable",
         ),
         ("with open('thresholds.yaml') as f:\n    pass", "t.py:1 calls open()"),
-        ("import torch\nstate = torch.load('m.pt')", "t.py:2 calls load()"),
+        ("import numpy as np\nstate = np.load('m.npy')", "t.py:2 calls load()"),
     ],
 )
 def test_the_rule_catches_each_kind_of_io(tmp_path, source, expected):

@@ -8,6 +8,7 @@ rather run) and the runtime class that answers (:attr:`RouterEntry.router`, sati
 building a config stays torch-free, and the runtime's methods import what they run.
 """
 
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -53,9 +54,10 @@ class RouterEntry(Section):
     parameters: ClassVar[dict[str, type]] = {}
     """Request parameters it reads (besides ``trace``), with their types: checked before it runs."""
 
+    @abstractmethod
     def models(self) -> list[str]:
-        """The served models it calls (each must be a model entry of the same app)."""
-        raise NotImplementedError
+        """The served models it calls (each must be a model entry of the same app); every kind names
+        its own, so a kind without it cannot be built."""
 
     def check_models(self, served: dict[str, "ModelEntry"]) -> None:
         """Refuse model entries this router cannot call (raise ValueError naming them); all by default."""
