@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "platform"), str(REPO)]
 
 from bars import print_bars  # noqa: E402
+from provenance import check_and_print  # noqa: E402
 
 SPEEDUP = 1.1
 """The least ratio of the cascade's inputs/s to the teacher's."""
@@ -52,6 +53,7 @@ def run_demo(storage: Path) -> list[str]:
 
 
 def main() -> int:
+    check_and_print()
     with tempfile.TemporaryDirectory(prefix="scaleforge-demo-") as root:
         console = run_demo(Path(root))
         query = json.loads((Path(root) / "pipeline" / "records" / "query.json").read_text())
