@@ -20,6 +20,12 @@ REPO_PATH = re.compile(
     r"(?<![\w./-])((?:bench|configs|docs|jobs|platform|serving|tests)/[\w./-]*\w)(?![\w/<*-])"
 )
 TEST_NAME = re.compile(r"(?<![\w./-])((?:bench|tests)/[\w./-]*\.py)::(\w+)")
+# A test cited without its folder: `test_compress_steps.py`, `test_async_sgd.py::test_each_mode_...`,
+# or by its name alone: `test_each_mode_converges_through_a_fault`.
+TEST_FILE = re.compile(r"(?<![\w./-])(test_\w+\.py)(?:::(\w+))?")
+TEST_FUNCTION = re.compile(r"`(test_\w+)`")
+GENERATED = ("config.md",)
+"""Pages written from the schemas (`make docs`): a backquoted `test_path` there is a config field."""
 LINK = re.compile(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)")
 
 
@@ -92,6 +98,33 @@ def test_every_path_and_link_in_the_docs_exists(page):
         assert re.search(rf"^\s*def {name}\b", (REPO / path).read_text(), re.MULTILINE), (
             f"{page.relative_to(REPO)} cites {path}::{name}, which is not defined there"
         )
+
+
+def _tests_by_file() -> dict[str, set[str]]:
+    """Every test file's name (``test_x.py``) and the test functions it defines."""
+    found: dict[str, set[str]] = {}
+    for path in (REPO / "tests").rglob("test_*.py"):
+        names = set(re.findall(r"^\s*(?:async )?def (test_\w+)", path.read_text(), re.MULTILINE))
+        found.setdefault(path.name, set()).update(names)
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_every_test_the_docs_cite_exists(page):
+    """A claim backed by a test names it: a test file by its name alone, or a test function with or
+    without its file (with its path, the check above reads that very file)."""
+    text, tests = page.read_text(), _tests_by_file()
+    defined = set().union(*tests.values())
+    missing = [
+        f"{file}::{name}" if name else file
+        for file, name in TEST_FILE.findall(text)
+        if file not in tests or (name and name not in tests[file])
+    ]
+    if page.name not in GENERATED:
+        missing += [name for name in TEST_FUNCTION.findall(text) if name not in defined]
+    assert not missing, (
+        f"{page.relative_to(REPO)} cites tests that do not exist: {', '.join(sorted(set(missing)))}"
+    )
 
 
 def test_the_config_reference_matches_the_schemas():
