@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
 
 from bars import print_bars  # noqa: E402
+from provenance import check_and_print  # noqa: E402
 
 from scaleforge.artifacts.servable import load_servable  # noqa: E402
 from scaleforge.compress.finetune import accuracy  # noqa: E402
@@ -37,6 +38,7 @@ def run(*args: str) -> None:
 
 
 def main() -> int:
+    check_and_print()
     cfg = load_config(CompressJobConfig, CONFIG, [])
     if not (Path(cfg.teacher).expanduser() / "manifest.json").is_file():
         run("jobs.train", "--config", "configs/train_teacher.yaml")

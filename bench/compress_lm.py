@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
 
 from bars import print_bars  # noqa: E402
+from provenance import check_and_print  # noqa: E402
 from training import train  # noqa: E402
 
 from scaleforge.artifacts.servable import load_servable  # noqa: E402
@@ -38,6 +39,7 @@ CONFIG = ROOT / "configs/compress_lm.yaml"
 
 
 def main() -> int:
+    check_and_print()
     # The jobs' own progress goes to stderr; the table alone to stdout (make bench keeps it).
     with (
         tempfile.TemporaryDirectory(prefix="scaleforge-bench-compress-lm-") as folder,

@@ -46,12 +46,14 @@ from lm_parts.layouts import layouts  # noqa: E402
 from lm_parts.quality import quality  # noqa: E402
 from lm_parts.setup import QUICK, Sizes  # noqa: E402
 from lm_parts.throughput import ray_round, throughput  # noqa: E402
+from provenance import check_and_print  # noqa: E402
 
 PARTS = {"throughput": throughput, "quality": quality, "layouts": layouts}
 """In the order they run (``--part`` in any order keeps it)."""
 
 
 def main(sizes: Sizes, parts: list[str]) -> int:
+    check_and_print()
     rows = []
     with tempfile.TemporaryDirectory(prefix="scaleforge-bench-lm-") as folder, redirect_stdout(sys.stderr):
         for part in (name for name in PARTS if name in parts):

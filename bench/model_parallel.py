@@ -49,6 +49,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "platform")]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bars import print_bars  # noqa: E402
+from provenance import check_and_print  # noqa: E402
 
 from scaleforge.distributed import ParallelDims  # noqa: E402
 from scaleforge.distributed.memory import memory_held, single_process_memory  # noqa: E402
@@ -190,6 +191,7 @@ def measure(name: str, world: int, steps: int, timeout_s: float = 300, attempts:
 
 
 def main(argv=None) -> int:
+    check_and_print()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--steps", type=int, default=6)

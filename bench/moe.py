@@ -24,6 +24,7 @@ import torch.nn.functional as F
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "platform")]
 
 from bars import print_bars  # noqa: E402
+from provenance import check_and_print  # noqa: E402
 
 from scaleforge.data import load_mnist1d  # noqa: E402
 from scaleforge.models import MoESpec, build_model, count_parameters  # noqa: E402
@@ -88,6 +89,7 @@ def train(spec: MoESpec, data, seed: int, epochs: int = 25, batch: int = 512, lr
 
 
 def main() -> int:
+    check_and_print()
     torch.set_num_threads(1)
     sparse, dense = compute_follows_k()
     print("1. One MoE layer, 16 experts (d=256, hidden=1024), 2048 tokens, forward")

@@ -36,6 +36,7 @@ sys.path[:0] = [str(REPO / "platform"), str(REPO)]
 from bars import print_bars  # noqa: E402
 from node_loss_parts.nodes import node_of, remove_later  # noqa: E402
 from node_loss_parts.serve import serve_app  # noqa: E402
+from provenance import check_and_print  # noqa: E402
 
 from scaleforge import storage  # noqa: E402
 from scaleforge.cluster.machines import Machines  # noqa: E402
@@ -172,6 +173,7 @@ def _rows(results: dict) -> list[tuple[str, str, str, bool]]:
 
 
 def main() -> int:
+    check_and_print()
     import tempfile
     from contextlib import redirect_stdout
 

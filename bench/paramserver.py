@@ -99,6 +99,7 @@ from paramserver_parts.loop import loop_rows  # noqa: E402
 from paramserver_parts.scenarios import SEEDS  # noqa: E402
 from paramserver_parts.stragglers import stragglers  # noqa: E402
 from paramserver_parts.throughput import throughput  # noqa: E402
+from provenance import check_and_print  # noqa: E402
 
 PARTS = {
     "throughput": "a. push + pull throughput against the documentation's server, 5 runs at 10M",
@@ -111,6 +112,7 @@ PARTS = {
 
 
 def main() -> int:
+    check_and_print()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--parts",

@@ -5,7 +5,9 @@
 For every ``bench/results/<name>.txt`` (what ``make bench`` captured from ``bench/<name>.py``)
 the block between ``<!-- bench:<name> -->`` and ``<!-- /bench:<name> -->`` is replaced with that
 output, the date it was measured (the file's) and the command; a benchmark without a block yet
-gets one at the end of the page. Text outside the markers is kept as it is. The page is replaced
+gets one at the end of the page. Every benchmark's first line names the commit it ran on and whether
+the tree was clean (``bench/provenance.py``); the line stays in the table, and a table whose output
+has none says so in its heading. Text outside the markers is kept as it is. The page is replaced
 atomically, so a reader never sees half of it.
 
 Any further page (the README) may quote one row of a benchmark's output inline, between
@@ -32,13 +34,21 @@ HEADER = (
 # Ray's own log lines that reach a driver's stdout ("(raylet) ...", "(ServeReplica:... pid=1) ..."),
 # possibly colour-coded: messages about the run, not its results.
 RAY_LOG_LINE = re.compile(r"^(\x1b\[[0-9;]*m)?\((raylet|[^)\s]*\s?pid=\d+)[^)]*\)")
+PROVENANCE = re.compile(
+    r"^commit (\w+)( \(not a git checkout\))?, (clean tree|tree not clean|tree state unknown)"
+)
+"""The line ``bench/provenance.py`` prints first: the commit a benchmark ran on, and whether the tree was
+clean."""
+NO_PROVENANCE = "no provenance line: the commit it ran on is unknown"
 
 
 def block(name: str, output: str, when: str) -> str:
     """One benchmark's table between its markers, with the command and the date it ran."""
-    table = "\n".join(line for line in output.strip().splitlines() if not RAY_LOG_LINE.match(line))
+    lines = [line for line in output.strip().splitlines() if not RAY_LOG_LINE.match(line)]
+    table = "\n".join(lines)
+    unknown = "" if any(PROVENANCE.match(line) for line in lines) else f" ({NO_PROVENANCE})"
     return (
-        f"<!-- bench:{name} -->\n`python bench/{name}.py`, {when}:\n\n```\n{table}\n```\n"
+        f"<!-- bench:{name} -->\n`python bench/{name}.py`, {when}{unknown}:\n\n```\n{table}\n```\n"
         f"<!-- /bench:{name} -->"
     )
 

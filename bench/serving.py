@@ -62,6 +62,7 @@ sys.path[:0] = [str(REPO / "platform"), str(REPO)]
 import peers  # noqa: E402
 import ray  # noqa: E402
 import serving_parts  # noqa: E402
+from provenance import check_and_print  # noqa: E402
 from ray import serve  # noqa: E402
 from serving_parts.common import BATCH, MODEL_PROCESSES, SERVE_ENV, THREADS  # noqa: E402
 from serving_parts.deploy import deploy, direct_urls  # noqa: E402
@@ -76,6 +77,7 @@ INFER = "/v2/models/{}/infer"
 
 
 def main() -> int:
+    check_and_print()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=15.0, help="per configuration and round")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds; medians are reported")

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
 
 from bars import print_bars  # noqa: E402
+from provenance import check_and_print  # noqa: E402
 
 from scaleforge.artifacts import load_artifact  # noqa: E402
 from scaleforge.cluster import LocalHead  # noqa: E402
@@ -131,6 +132,7 @@ def submitted_tp(tmp: Path) -> tuple[float, float]:
 
 
 def main() -> int:
+    check_and_print()
     rows = []
     # The jobs' own progress goes to stderr; the table alone to stdout (make bench keeps it).
     with (

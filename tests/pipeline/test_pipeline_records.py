@@ -264,3 +264,26 @@ def test_a_recorded_serve_endpoint_is_reused_only_while_it_answers(pipeline_cfg,
         "calibrate",
         "report",
     ]
+
+
+def test_the_cascade_line_gives_the_median_of_the_pass_by_pass_ratios():
+    """Each pass queried both models one after the other: the ratio is taken within a pass (3.0x, 1.0x,
+    3.0x here: median 3.0x), not between the medians of each model's passes (300 / 110 = 2.73x)."""
+    from scaleforge.pipeline.records import ServedModelResult
+    from scaleforge.pipeline.report import cascade_against_last_stage
+
+    latency = {"p50_ms": 1.0, "p99_ms": 2.0}
+    cascade = ServedModelResult(
+        accuracy=0.98, inputs_per_s=300.0, inputs_per_s_per_pass=[300.0, 200.0, 330.0], **latency
+    )
+    teacher = ServedModelResult(
+        accuracy=0.99, inputs_per_s=110.0, inputs_per_s_per_pass=[100.0, 200.0, 110.0], **latency
+    )
+    assert cascade_against_last_stage(cascade, teacher, "teacher") == (
+        "cascade against the teacher: 3.00x the inputs/s (median of 3 passes: 3.00x 1.00x 3.00x), "
+        "accuracy -0.0100"
+    )
+    one_pass = ServedModelResult(accuracy=0.99, inputs_per_s=150.0, **latency)
+    assert cascade_against_last_stage(cascade, one_pass, "teacher").startswith(
+        "cascade against the teacher: 2.00x the inputs/s, accuracy"
+    )

@@ -116,7 +116,7 @@ class ClassifyingServer:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         owner = self
-        self.requests = 0
+        self.requests, self.paths = 0, []
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
@@ -135,6 +135,7 @@ class ClassifyingServer:
                     }
                 ).encode()
                 owner.requests += 1
+                owner.paths.append(self.path)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -187,3 +188,33 @@ def test_a_timed_query_sends_the_inputs_again_and_scores_the_first_pass(seconds)
     assert result.inputs_per_s * result.seconds == pytest.approx(
         sum(sizes[i % 7] for i in range(result.requests))
     )
+
+
+def test_passes_alternate_the_models_and_each_row_is_its_median_pass():
+    """Three passes over two models: the second pass runs them in reverse order, so that a drift in the
+    machine's speed falls on both alike; each row is the pass whose inputs/s is the median, with every
+    pass's beside it, and the ratio of two models is taken pass by pass."""
+    from scaleforge.config.pipeline import QuerySpec
+    from scaleforge.pipeline.query import query_passes
+
+    y = np.arange(100) % 10
+    x = np.zeros((100, 4), dtype=np.float32)
+    x[:, 0] = y
+    server = ClassifyingServer()
+    try:
+        results = query_passes(
+            [server.url], ["teacher", "cascade"], x, y, QuerySpec(batch_size=16, concurrency=1, passes=3)
+        )
+    finally:
+        server.close()
+    models = [path.split("/")[3] for path in server.paths]  # /v2/models/<name>/infer
+    runs = [models[i] for i in range(0, len(models), 7)]  # 7 requests a pass (100 inputs, batches of 16)
+    assert models == [name for name in runs for _ in range(7)]
+    assert runs == ["teacher", "cascade", "cascade", "teacher", "teacher", "cascade"]
+    for result in results.values():
+        assert result.accuracy == 1.0 and len(result.inputs_per_s_per_pass) == 3
+        assert result.inputs_per_s == sorted(result.inputs_per_s_per_pass)[1]
+    ratios = results["cascade"].ratios_per_pass(results["teacher"])
+    assert ratios == [
+        c / t for c, t in zip(*(results[n].inputs_per_s_per_pass for n in ("cascade", "teacher")))
+    ]

@@ -9,6 +9,7 @@ import pytest
 from conftest import REPO
 from pydantic import BaseModel, ConfigDict, Field
 
+from bench.results_tables import PROVENANCE
 from scaleforge.config.reference import render
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -19,6 +20,12 @@ REPO_PATH = re.compile(
     r"(?<![\w./-])((?:bench|configs|docs|jobs|platform|serving|tests)/[\w./-]*\w)(?![\w/<*-])"
 )
 TEST_NAME = re.compile(r"(?<![\w./-])((?:bench|tests)/[\w./-]*\.py)::(\w+)")
+# A test cited without its folder: `test_compress_steps.py`, `test_async_sgd.py::test_each_mode_...`,
+# or by its name alone: `test_each_mode_converges_through_a_fault`.
+TEST_FILE = re.compile(r"(?<![\w./-])(test_\w+\.py)(?:::(\w+))?")
+TEST_FUNCTION = re.compile(r"`(test_\w+)`")
+GENERATED = ("config.md",)
+"""Pages written from the schemas (`make docs`): a backquoted `test_path` there is a config field."""
 LINK = re.compile(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)")
 
 
@@ -40,10 +47,12 @@ def test_the_readme_is_a_front_page_of_at_most_150_lines():
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
 def test_history_stays_in_the_commits(page):
-    # A content digest ("sha256:881d66184cbe...", a corpus fingerprint in a benchmark's output) is no commit.
+    # A content digest ("sha256:881d66184cbe...", a corpus fingerprint in a benchmark's output) is no commit,
+    # nor the commit a benchmark's table names as the code it measured (its provenance line).
+    text = "\n".join(line for line in page.read_text().splitlines() if not PROVENANCE.match(line))
     hashes = [
         h
-        for h in re.findall(r"(?<!sha256:)\b[0-9a-f]{7,40}\b", page.read_text())
+        for h in re.findall(r"(?<!sha256:)\b[0-9a-f]{7,40}\b", text)
         if re.search(r"[a-f]", h) and re.search(r"\d", h)
     ]
     assert not hashes, (
@@ -89,6 +98,33 @@ def test_every_path_and_link_in_the_docs_exists(page):
         assert re.search(rf"^\s*def {name}\b", (REPO / path).read_text(), re.MULTILINE), (
             f"{page.relative_to(REPO)} cites {path}::{name}, which is not defined there"
         )
+
+
+def _tests_by_file() -> dict[str, set[str]]:
+    """Every test file's name (``test_x.py``) and the test functions it defines."""
+    found: dict[str, set[str]] = {}
+    for path in (REPO / "tests").rglob("test_*.py"):
+        names = set(re.findall(r"^\s*(?:async )?def (test_\w+)", path.read_text(), re.MULTILINE))
+        found.setdefault(path.name, set()).update(names)
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_every_test_the_docs_cite_exists(page):
+    """A claim backed by a test names it: a test file by its name alone, or a test function with or
+    without its file (with its path, the check above reads that very file)."""
+    text, tests = page.read_text(), _tests_by_file()
+    defined = set().union(*tests.values())
+    missing = [
+        f"{file}::{name}" if name else file
+        for file, name in TEST_FILE.findall(text)
+        if file not in tests or (name and name not in tests[file])
+    ]
+    if page.name not in GENERATED:
+        missing += [name for name in TEST_FUNCTION.findall(text) if name not in defined]
+    assert not missing, (
+        f"{page.relative_to(REPO)} cites tests that do not exist: {', '.join(sorted(set(missing)))}"
+    )
 
 
 def test_the_config_reference_matches_the_schemas():

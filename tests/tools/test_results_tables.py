@@ -10,7 +10,7 @@ from bench.results_tables import HEADER, quote, update
 
 def test_a_block_is_replaced_in_place_and_a_new_one_is_added_at_the_end():
     page = "# Results\n\nhow to read\n\n<!-- bench:moe -->\nold\n<!-- /bench:moe -->\n\nnotes after moe\n"
-    once = update(page, "moe", "ratio 0.31", "2026-11-29")
+    once = update(page, "moe", "commit 1a2b3c4, clean tree\nratio 0.31", "2026-11-29")
     assert "old" not in once and "ratio 0.31" in once and once.count("<!-- bench:moe -->") == 1
     assert (
         "how to read" in once and "notes after moe" in once and "`python bench/moe.py`, 2026-11-29:" in once
@@ -51,7 +51,9 @@ def test_the_results_page_has_a_table_for_every_benchmark_that_make_bench_runs()
     )
     page = (REPO / "docs/results.md").read_text()
     scripts = sorted(
-        p.stem for p in (REPO / "bench").glob("*.py") if p.stem not in ("results_tables", "bars")
+        p.stem
+        for p in (REPO / "bench").glob("*.py")
+        if p.stem not in ("results_tables", "bars", "provenance")
     )  # helpers; the peers and each bench's parts are in folders of their own
     assert sorted(benches) == scripts, f"make bench runs {benches}, bench/ holds {scripts}"
     for name in benches:

@@ -93,6 +93,10 @@ class QuerySpec(_Section):
     seconds: NonNegativeFloat = 0.0
     """Keep sending the test inputs again, per served model, until this many seconds have passed:
     throughput and latency over every request, accuracy over the first pass (0: one pass)."""
+    passes: PositiveInt = 1
+    """Query every served model this many times, the models in reverse order in every other pass (a
+    drift in the machine's speed falls on each alike); a model's row is its median pass by inputs/s, and
+    a ratio of two models is the median of their pass-by-pass ratios."""
 
 
 class PlacementSpec(_Section):

@@ -27,7 +27,7 @@ class QueryStage(PipelineStage):
         limit = ctx.cfg.query.max_inputs or len(y)
         x, y = x[:limit], y[:limit]
         urls = served.direct_urls or [served.url]
-        models = {name: query_model(urls, name, x, y, ctx.cfg.query) for name in ctx.cfg.serve.endpoints}
+        models = query_passes(urls, ctx.cfg.serve.endpoints, x, y, ctx.cfg.query)
         return QueryRecord(
             url=urls[0],
             inputs=len(y),
@@ -44,13 +44,34 @@ def test_set(calibrated: CalibrateRecord) -> tuple[np.ndarray, np.ndarray]:
     return held_out_split(calibrated.data, calibrated.calibration_fraction, calibrated.split_seed).judged
 
 
+def query_passes(
+    urls: list[str], names: list[str], x: np.ndarray, y: np.ndarray, spec: QuerySpec
+) -> dict[str, ServedModelResult]:
+    """Every model in ``names`` queried ``spec.passes`` times, in reverse order in every other pass;
+    each model's result is its median pass by inputs/s (the lower middle one of an even count: a pass
+    that ran), with every pass's inputs/s beside it."""
+    passes: dict[str, list[ServedModelResult]] = {name: [] for name in names}
+    for index in range(spec.passes):
+        for name in names if index % 2 == 0 else names[::-1]:
+            label = f", pass {index + 1}/{spec.passes}" if spec.passes > 1 else ""
+            passes[name].append(query_model(urls, name, x, y, spec, label))
+    results = {}
+    for name, runs in passes.items():
+        median = sorted(runs, key=lambda run: run.inputs_per_s)[(len(runs) - 1) // 2]
+        results[name] = median.model_copy(
+            update={"inputs_per_s_per_pass": [run.inputs_per_s for run in runs] if len(runs) > 1 else None}
+        )
+    return results
+
+
 def query_model(
-    urls: list[str], name: str, x: np.ndarray, y: np.ndarray, spec: QuerySpec
+    urls: list[str], name: str, x: np.ndarray, y: np.ndarray, spec: QuerySpec, label: str = ""
 ) -> ServedModelResult:
     """POST the inputs in batches from ``spec.concurrency`` clients, each sending its next batch as soon
     as its last one is answered, for one pass over the inputs or ``spec.seconds`` if longer; accuracy
     (over the first pass), latency, throughput and routing shares. ``urls``: the endpoint's base URLs
-    (the proxy, or each ingress replica's own), the clients spread over them."""
+    (the proxy, or each ingress replica's own), the clients spread over them; ``label``: the end of the
+    progress bar's label."""
     parameters = {"trace": True}  # a router adds its trace outputs; a plain model has none
     requests = [
         infer_request(
@@ -75,7 +96,7 @@ def query_model(
         spec.concurrency,
         spec.seconds,
         at_least=len(requests),
-        progress=f"[query] {name}: requests",
+        progress=f"[query] {name}: requests{label}",
     )
     rows = [min(spec.batch_size, len(x) - start) for start in range(0, len(x), spec.batch_size)]
     return served_result(load, rows, y)

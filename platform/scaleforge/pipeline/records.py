@@ -184,6 +184,15 @@ class ServedModelResult(BaseModel):
     """MoE routers: the share of inputs whose first choice was each expert."""
     fallbacks: Optional[int] = None
     """MoE routers: inputs answered without one of their chosen experts."""
+    inputs_per_s_per_pass: Optional[list[float]] = None
+    """Every pass's inputs/s, in the order the passes ran (``query.passes``; the row is the median pass)."""
+
+    def ratios_per_pass(self, other: "ServedModelResult") -> list[float]:
+        """This model's inputs/s over ``other``'s, pass by pass (each pass queried both, one after the
+        other); one ratio where either ran a single pass."""
+        if self.inputs_per_s_per_pass and other.inputs_per_s_per_pass:
+            return [a / b for a, b in zip(self.inputs_per_s_per_pass, other.inputs_per_s_per_pass)]
+        return [self.inputs_per_s / other.inputs_per_s]
 
 
 class QueryRecord(StageRecord):

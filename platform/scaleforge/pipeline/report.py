@@ -4,6 +4,8 @@ It reads the records of the stages before it and nothing else (no serve config, 
 ``--from report`` rewrites it from a finished run's records.
 """
 
+import statistics
+
 from scaleforge.compress.report import slim_sentence
 from scaleforge.pipeline.base import PipelineStage, StageContext
 from scaleforge.pipeline.records import Placement, Records, ReportRecord, ServedModelResult
@@ -67,10 +69,13 @@ def final_table(records: Records) -> str:
 
 
 def cascade_against_last_stage(cascade: ServedModelResult, last: ServedModelResult, name: str) -> str:
-    """What the cascade's routing buys over serving its last stage alone, measured under the same load."""
+    """What the cascade's routing buys over serving its last stage alone, measured under the same load:
+    the median of the pass-by-pass ratios, each pass's beside it."""
+    ratios = cascade.ratios_per_pass(last)
+    passes = f" (median of {len(ratios)} passes: {' '.join(f'{r:.2f}x' for r in ratios)})"
     return (
-        f"cascade against the {name}: {cascade.inputs_per_s / last.inputs_per_s:.2f}x the inputs/s, "
-        f"accuracy {cascade.accuracy - last.accuracy:+.4f}"
+        f"cascade against the {name}: {statistics.median(ratios):.2f}x the inputs/s"
+        f"{passes if len(ratios) > 1 else ''}, accuracy {cascade.accuracy - last.accuracy:+.4f}"
     )
 
 
