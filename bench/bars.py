@@ -1,11 +1,12 @@
 """The table every benchmark ends with: each bar beside what was measured, met or missed."""
 
-Row = tuple[str, str, str, bool]
-"""(what, measured, bar, met)."""
+Row = tuple[str, str, str, bool | None]
+"""(what, measured, bar, met): ``met`` is None for a tie, a gap inside the spread of repeated runs that
+says neither side is ahead; a tie is printed as such and is no miss."""
 
 
 def print_bars(rows: list[Row], first_column: str = "config") -> int:
-    """Print ``rows`` as aligned columns and a last line naming any missed bar.
+    """Print ``rows`` as aligned columns and a last line naming any missed bar (and any tie).
 
     Returns 1 if a bar was missed, else 0.
     """
@@ -18,7 +19,10 @@ def print_bars(rows: list[Row], first_column: str = "config") -> int:
     ]
     print(f"{first_column:{widths[0]}s} {'measured':{widths[1]}s} {'bar':{widths[2]}s} met")
     for name, measured, bar, met in rows:
-        print(f"{name:{widths[0]}s} {measured:{widths[1]}s} {bar:{widths[2]}s} {'yes' if met else 'NO'}")
-    missed = [name for name, *_, met in rows if not met]
-    print("every bar met" if not missed else f"missed: {', '.join(missed)}")
+        verdict = "tie" if met is None else "yes" if met else "NO"
+        print(f"{name:{widths[0]}s} {measured:{widths[1]}s} {bar:{widths[2]}s} {verdict}")
+    missed = [name for name, *_, met in rows if met is False]
+    ties = [name for name, *_, met in rows if met is None]
+    tied = f" (a tie: {', '.join(ties)})" if ties else ""
+    print(f"every bar met{tied}" if not missed else f"missed: {', '.join(missed)}{tied}")
     return 1 if missed else 0

@@ -5,12 +5,13 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch.distributed as dist
 from peers.lm_plain import peak_rss_mib
 
-from lm_parts.setup import CONFIG, ROOT
+from lm_parts.setup import CONFIG, ROOT, Sizes
 from scaleforge.config import TrainJobConfig, load_config
 from scaleforge.distributed.memory import local_bytes
 from scaleforge.train import run_training
@@ -19,7 +20,8 @@ from scaleforge.train.preflight import check_runnable
 
 
 class Meter(TrainHook):
-    """Steady-state tokens/s (rank 0's clock, steps after ``warmup``) and every worker's peak RSS."""
+    """Steady-state tokens/s (rank 0's clock, steps after ``warmup``), the steps run and when the last
+    ended (for tokens/s end to end), and every worker's peak RSS."""
 
     def __init__(self, warmup: int, tokens_per_step: int):
         self.warmup, self.tokens_per_step, self.starts, self.warm_at = warmup, tokens_per_step, [], None
@@ -43,6 +45,8 @@ class Meter(TrainHook):
         return {
             "steady_tokens_per_s": steady,
             "warm_at": self.warm_at,
+            "tokens": len(self.starts) * self.tokens_per_step,
+            "finished_at": time.time(),  # hooks' epoch metrics come right after the last step
             "rss_mib_per_worker": [g[0] for g in gathered],
             "param_mib_per_worker": [g[1] for g in gathered],
         }
@@ -73,11 +77,12 @@ def short_job(tmp: Path, name: str, workers: int, steps: int, *overrides: str) -
 
 
 def timed(cfg: TrainJobConfig, warmup: int) -> tuple[dict, float]:
-    """Metrics of ``cfg`` trained with a :class:`Meter`, and its start-up: call to the first steady step."""
+    """Metrics of ``cfg`` trained with a :class:`Meter` (``called_at`` added: when ``run_training`` was
+    called), and its start-up: call to the first steady step."""
     called = time.time()
     meter = Meter(warmup, cfg.optim.batch_size * cfg.dims.data_world * cfg.data.seq_len)
     metrics = run_training(cfg, hooks=[meter]).metrics
-    return metrics, metrics["warm_at"] - called
+    return {**metrics, "called_at": called}, metrics["warm_at"] - called
 
 
 def plain(mode: str, tmp: Path, *args: str, ranks: int = 2) -> tuple[dict, float]:
@@ -106,3 +111,26 @@ def plain(mode: str, tmp: Path, *args: str, ranks: int = 2) -> tuple[dict, float
         stdout=sys.stderr,
     )
     return json.loads(out.read_text()), began
+
+
+def in_own_process(tmp: Path, role: str, sizes: Sizes, index: int) -> dict:
+    """``role`` (a function of ``bench/lm.py``'s ``OWN_PROCESS``) run by ``bench/lm.py`` in a process of
+    its own, whose embedded Ray goes when it exits (a second ``ray.init`` after ``ray.shutdown`` in one
+    process can crash on actor handles that Ray Data keeps): its result, with ``launched_at`` added."""
+    out = tmp / f"{role}_{index}.json"
+    launched = time.time()
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "lm.py"),
+            "--own-process",
+            role,
+            str(out),
+            "--sizes",
+            json.dumps(asdict(sizes)),
+        ],
+        check=True,
+        cwd=ROOT,
+        stdout=sys.stderr,
+    )
+    return {**json.loads(out.read_text()), "launched_at": launched}

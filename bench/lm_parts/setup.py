@@ -13,24 +13,28 @@ OUT = sys.stdout
 
 @dataclass(frozen=True)
 class Sizes:
-    """Optimiser steps of the throughput runs (DDP's, Ray Train's) and of each layout's run, and how
-    many of the first are start-up rather than steady state; rounds of the throughput comparison;
-    ``cut``: overrides that slice the bytes (``--quick``).
+    """Optimiser steps of each throughput run and how many of them are start-up rather than steady
+    state (the same window on both sides), and the same for each layout's run; rounds of the
+    throughput comparison; runs a side of the quality comparison; ``cut``: overrides that slice the
+    bytes (``--quick``); ``other_ray_ok``: wait only for this bench's own Ray processes to go before a
+    plain peer runs, not for every Ray on the machine (``--other-ray-ok``, smoke runs on a shared
+    machine).
 
-    DDP's tokens/s is flat after 50 steps; Ray Train's after its first ~100 (its progress lines, every
-    100 steps, on 1-6 MB slices of the corpus), so its steady window is steps 300 to 1,000."""
+    DDP's tokens/s is flat after 50 steps, Ray Train's after its first ~100 (its progress lines, every
+    100 steps, on 1-6 MB slices of the corpus): both sides are timed over steps 300 to 1,000, the window
+    the later of the two to settle needs."""
 
-    steps: int = 300
-    warmup: int = 50
-    ray_steps: int = 1000
-    ray_warmup: int = 300
+    steps: int = 1000
+    warmup: int = 300
     layout_steps: int = 60
     layout_warmup: int = 10
     repeats: int = 3
+    quality_runs: int = 3
     cut: tuple[str, ...] = ()
+    other_ray_ok: bool = False
 
 
-QUICK = Sizes(40, 10, 40, 10, 12, 4, 1, ("data.max_train_bytes=400000", "data.max_validation_bytes=100000"))
+QUICK = Sizes(40, 10, 12, 4, 1, 3, ("data.max_train_bytes=400000", "data.max_validation_bytes=100000"))
 MOE = (
     "model.moe.num_experts=4",
     "model.moe.expert_hidden=256",

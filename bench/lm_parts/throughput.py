@@ -1,22 +1,33 @@
-"""2. Throughput: torchrun DDP against Ray Train, steady tokens/s of the same model on the same workers."""
+"""2. Throughput: torchrun DDP against Ray Train, tokens/s of the same model on the same workers over the
+same steps."""
 
-import json
 import statistics
-import subprocess
-import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import ray
 
-from lm_parts.runs import job, plain, short_job, timed
-from lm_parts.setup import OUT, ROOT, Sizes, mib
+from lm_parts.machine import wait_for_no_ray
+from lm_parts.runs import in_own_process, job, plain, short_job, timed
+from lm_parts.setup import OUT, Sizes, mib
 from scaleforge.runtime import ensure_ray
+
+FORMER_DDP_WINDOW = (50, 300)
+"""The steps DDP was timed over before both sides were timed over the same ones (Ray Train's were
+300-1,000 then as now): its tokens/s over them stays printed."""
+
+SIDES = (  # label, name
+    ("torchrun DDP, 2 ranks, no Ray on the machine", "alone"),
+    ("torchrun DDP, 2 ranks, beside an idle Ray cluster", "beside"),
+    ("Ray Train, 2 workers (on that cluster)", "ours"),
+    ("torchrun DDP, 1 rank, no Ray on the machine", "alone 1"),
+    ("Ray Train, 1 worker", "ours 1"),
+)
 
 
 def throughput(tmp: Path, sizes: Sizes) -> list:
-    """torchrun DDP against Ray Train: steady tokens/s of the same model on the same two workers.
+    """torchrun DDP against Ray Train: tokens/s of the same model on the same two workers, both timed
+    over the same steps (``sizes.warmup`` to ``sizes.steps``).
 
     ``sizes.repeats`` rounds, each of two sides in turn, their order swapped every round so that the
     machine's drift over the part favours neither: torchrun with no Ray on the machine (two ranks, then
@@ -34,57 +45,35 @@ def throughput(tmp: Path, sizes: Sizes) -> list:
     alone, rounds = [], []
     for index in range(sizes.repeats):
         sides = [
-            lambda: alone.append(
-                {
-                    "two": plain("ddp", tmp, *_ddp_steps(sizes)),
-                    "one": plain("ddp", tmp, *_ddp_steps(sizes), ranks=1),
-                }
-            ),
-            lambda i=index: rounds.append(_in_own_process(tmp, sizes, i)),
+            lambda: alone.append(_alone(tmp, sizes)),
+            lambda i=index: rounds.append(in_own_process(tmp, "ray_round", sizes, i)),
         ]
         for side in sides if index % 2 == 0 else sides[::-1]:
             side()
-    rates = {
-        "alone": [run["two"][0]["tokens_per_s"] for run in alone],
-        "beside": [r["beside"]["tokens_per_s"] for r in rounds],
-        "ours": [r["ours"][0]["steady_tokens_per_s"] for r in rounds],
-        "alone 1": [run["one"][0]["tokens_per_s"] for run in alone],
-        "ours 1": [r["one"][0]["steady_tokens_per_s"] for r in rounds],
+    runs = {
+        "alone": [_ddp(a["two"]) for a in alone],
+        "beside": [_ddp(r["beside"]) for r in rounds],
+        "ours": [_ray(r, "ours") for r in rounds],
+        "alone 1": [_ddp(a["one"]) for a in alone],
+        "ours 1": [_ray(r, "one") for r in rounds],
     }
-    median = {name: statistics.median(values) for name, values in rates.items()}
+    median = {
+        name: {key: statistics.median(run[key] for run in each) for key in each[0]}
+        for name, each in runs.items()
+    }
+    _print_sides(cfg, sizes, runs, median)
+    steady = {name: m["steady"] for name, m in median.items()}
     print(
-        f"throughput, steps of {cfg.optim.batch_size} x {cfg.data.seq_len} tokens per rank (DDP: "
-        f"{sizes.steps}, steady "
-        f"after {sizes.warmup}; Ray Train: {sizes.ray_steps}, steady after {sizes.ray_warmup}); median of "
-        f"{sizes.repeats} "
-        f"rounds, torchrun and the Ray side in turn (each run's tokens/s in brackets):",
+        f"  peak RSS per worker: torchrun {mib(alone[-1]['two']['rss_mib_per_rank'])}; "
+        f"Ray Train {mib(rounds[-1]['ours'][0]['rss_mib_per_worker'])}\n"
+        f"  the idle cluster alone costs DDP {1 - steady['beside'] / steady['alone']:.0%} of its tokens/s; "
+        f"Ray Train / DDP beside it {steady['ours'] / steady['beside']:.2f}; end to end, Ray Train / DDP "
+        f"{median['ours']['end_to_end'] / median['alone']['end_to_end']:.2f} (2 ranks), "
+        f"{median['ours 1']['end_to_end'] / median['alone 1']['end_to_end']:.2f} (1 rank)",
         file=OUT,
     )
-    for label, name in (
-        ("torchrun DDP, 2 ranks, no Ray on the machine", "alone"),
-        ("torchrun DDP, 2 ranks, beside an idle Ray cluster", "beside"),
-        ("Ray Train, 2 workers (on that cluster)", "ours"),
-        ("torchrun DDP, 1 rank, no Ray on the machine", "alone 1"),
-        ("Ray Train, 1 worker", "ours 1"),
-    ):
-        print(f"  {label:50s} {median[name]:7,.0f} tokens/s [{_each(rates[name])}]", file=OUT)
-    print(
-        "  until the steady window: torchrun "
-        f"{_each((run['two'][0]['warm_at'] - run['two'][1] for run in alone), '.1f')} s "
-        f"from launch to step {sizes.warmup}; Ray Train {_each((r['ours'][1] for r in rounds), '.1f')} s "
-        "from the call "
-        f"to step {sizes.ray_warmup}\n"
-        f"  peak RSS per worker: torchrun {mib(alone[-1]['two'][0]['rss_mib_per_rank'])}; "
-        f"Ray Train {mib(rounds[-1]['ours'][0]['rss_mib_per_worker'])}",
-        file=OUT,
-    )
-    ratio, one = median["ours"] / median["alone"], median["ours 1"] / median["alone 1"]
-    print(
-        f"  the idle cluster alone costs DDP {1 - median['beside'] / median['alone']:.0%} of its tokens/s; "
-        f"Ray Train / DDP beside it {median['ours'] / median['beside']:.2f}; with a core to spare (1 rank) "
-        f"Ray Train / DDP {one:.2f}",
-        file=OUT,
-    )
+    _print_former_window(sizes, alone, steady["ours"])
+    ratio, one = steady["ours"] / steady["alone"], steady["ours 1"] / steady["alone 1"]
     return [
         ("steady tokens/s, Ray Train / torchrun DDP", f"{ratio:.2f}", ">= 0.90", ratio >= 0.9),
         ("the same, 1 rank, a core to spare", f"{one:.2f}", ">= 0.90", one >= 0.9),
@@ -92,43 +81,88 @@ def throughput(tmp: Path, sizes: Sizes) -> list:
 
 
 def ray_round(tmp: Path, sizes: Sizes) -> dict:
-    """One round's Ray side, in a process of its own (a second ``ray.init`` after ``ray.shutdown`` in one
-    process can crash on actor handles that Ray Data keeps): DDP beside the idle embedded cluster, then
-    the Ray Train runs on it, on two workers and on one (metrics, and seconds from the call to the
-    steady window)."""
+    """One round's Ray side, in a process of its own (:func:`lm_parts.runs.in_own_process`): DDP beside
+    the idle embedded cluster, then the Ray Train runs on it, on two workers and on one (metrics, and
+    seconds from the call to the steady window), and when the cluster was up."""
     ensure_ray(min_cpus=8)
+    ready = time.time()
     time.sleep(15)  # past the cluster's own start-up (its processes and prestarted workers): idle
-    beside, _ = plain("ddp", tmp, *_ddp_steps(sizes))
+    beside, launched = plain("ddp", tmp, *_ddp_steps(sizes))
     return {
-        "beside": beside,
+        "ray_ready_at": ready,
+        "beside": {**beside, "launched_at": launched},
         **{
-            name: timed(short_job(tmp, "throughput", workers, sizes.ray_steps), sizes.ray_warmup)
+            name: timed(short_job(tmp, "throughput", workers, sizes.steps), sizes.warmup)
             for name, workers in (("ours", 2), ("one", 1))
         },
     }
 
 
-def _in_own_process(tmp: Path, sizes: Sizes, index: int) -> dict:
-    out = tmp / f"ray_round_{index}.json"
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "lm.py"),
-            "--ray-round",
-            str(out),
-            "--sizes",
-            json.dumps(asdict(sizes)),
-        ],
-        check=True,
-        cwd=ROOT,
-        stdout=sys.stderr,
+def _alone(tmp: Path, sizes: Sizes) -> dict:
+    """torchrun on two ranks and on one, once no Ray process is left on the machine."""
+    wait_for_no_ray(sizes.other_ray_ok)
+    runs = {
+        "two": plain("ddp", tmp, *_ddp_steps(sizes)),
+        "one": plain("ddp", tmp, *_ddp_steps(sizes), ranks=1),
+    }
+    return {name: {**result, "launched_at": launched} for name, (result, launched) in runs.items()}
+
+
+def _ddp(run: dict) -> dict:
+    """Steady tokens/s, tokens/s end to end (every step's tokens over launch to the last step's end) and
+    seconds from launch to the steady window, of one torchrun run."""
+    return {
+        "steady": run["tokens_per_s"],
+        "end_to_end": run["tokens_per_step"] * run["steps"] / (run["finished_at"] - run["launched_at"]),
+        "start_up": run["warm_at"] - run["launched_at"],
+    }
+
+
+def _ray(round_: dict, name: str) -> dict:
+    """The same for a Ray Train run: its process's start, Ray's included, counts as start-up (launch to
+    the cluster up), then the call to its steps; the idle wait and the DDP run between do not."""
+    metrics, call_to_warm = round_[name]
+    process = round_["ray_ready_at"] - round_["launched_at"]
+    return {
+        "steady": metrics["steady_tokens_per_s"],
+        "end_to_end": metrics["tokens"] / (process + metrics["finished_at"] - metrics["called_at"]),
+        "start_up": process + call_to_warm,
+    }
+
+
+def _print_sides(cfg, sizes: Sizes, runs: dict, median: dict) -> None:
+    print(
+        f"throughput, steps of {cfg.optim.batch_size} x {cfg.data.seq_len} tokens per rank, both sides "
+        f"timed over steps {sizes.warmup:,}-{sizes.steps:,} of {sizes.steps:,}; median of {sizes.repeats} "
+        "rounds, torchrun and the Ray side in turn. end to end: every step's tokens over the seconds from "
+        "launching the process (Ray's start included) to the last step; start-up: launch to the window:",
+        file=OUT,
     )
-    return json.loads(out.read_text())
+    print(f"  {'':50s} {'steady':>8s} {'end to end':>10s} {'start-up':>8s}  steady, each run", file=OUT)
+    for label, name in SIDES:
+        m = median[name]
+        print(
+            f"  {label:50s} {m['steady']:8,.0f} {m['end_to_end']:10,.0f} {m['start_up']:7.1f}s  "
+            f"[{', '.join(format(run['steady'], ',.0f') for run in runs[name])}]",
+            file=OUT,
+        )
+
+
+def _print_former_window(sizes: Sizes, alone: list, ours: float) -> None:
+    first, last = FORMER_DDP_WINDOW
+    if sizes.steps < last:
+        return
+    rates = []
+    for run in (a["two"] for a in alone):
+        ends = run["step_ends_s"]
+        rates.append(run["tokens_per_step"] * (last - first) / (ends[last - 1] - ends[first - 1]))
+    former = statistics.median(rates)
+    print(
+        f"  DDP over its former window, steps {first}-{last} (2 ranks): {former:,.0f} tokens/s; Ray Train "
+        f"over steps {sizes.warmup:,}-{sizes.steps:,} / that: {ours / former:.2f}",
+        file=OUT,
+    )
 
 
 def _ddp_steps(sizes: Sizes) -> tuple[str, ...]:
     return ("--steps", str(sizes.steps), "--warmup", str(sizes.warmup), *(f"--set={o}" for o in sizes.cut))
-
-
-def _each(values, spec: str = ",.0f") -> str:
-    return ", ".join(format(v, spec) for v in values)

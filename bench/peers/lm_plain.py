@@ -1,16 +1,16 @@
 """The plain-PyTorch peers of ``bench/lm.py``: the same language model on the same bytes, no Ray.
 
     python bench/peers/lm_plain.py single --config configs/train_lm_small.yaml --seconds 540 --out single.json
-    torchrun --standalone --nproc-per-node 2 bench/peers/lm_plain.py ddp --config ... --steps 300 \
-        --out ddp.json
+    torchrun --standalone --nproc-per-node 2 bench/peers/lm_plain.py ddp --config ... --steps 1000 \
+        --warmup 300 --out ddp.json
 
 ``single`` trains one process (every core's threads) and scores the validation windows within a
 wall-clock budget (start-up and scoring included), its warm-up and cosine decay laid over the
 training time that leaves rather than over a step count it cannot know in advance. ``ddp`` is data
 parallelism the torchrun way: ``init_process_group`` from torchrun's environment (gloo),
 ``DistributedDataParallel``, a ``DistributedSampler`` per rank, one thread per process; it times every
-step and reports steady-state tokens/s. Model, tokens, batch per rank, AdamW groups and gradient
-clipping are the config's, as the Ray Train job uses them.
+step and reports steady-state tokens/s, every step's end and when the last ended. Model, tokens,
+batch per rank, AdamW groups and gradient clipping are the config's, as the Ray Train job uses them.
 """
 
 import argparse
@@ -156,12 +156,16 @@ def ddp(args) -> dict:
         times.append(time.perf_counter())
         if index >= args.warmup:
             timed_tokens += y.numel() * world
+    finished_at = time.time()
     dist.barrier()
     result = {
         "tokens_per_s": timed_tokens / (times[-1] - times[args.warmup - 1]),
         "steps": args.steps,
         "warmup": args.warmup,
         "world": world,
+        "tokens_per_step": y.numel() * world,
+        "step_ends_s": [round(t - STARTED, 5) for t in times],
+        "finished_at": finished_at,
         "startup_s": times[args.warmup - 1] - STARTED,
         "warm_at": warm_at,
         "rss_mib": peak_rss_mib(),
@@ -192,8 +196,8 @@ if __name__ == "__main__":
         "--seconds", type=float, help="single: wall-clock budget to the scored result, start-up included"
     )
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--warmup", type=int, default=300)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     result = single(args) if args.mode == "single" else ddp(args)
