@@ -35,15 +35,7 @@ def shipped(path: Path, paths: dict[str, str], threshold: float) -> ServeConfig:
     args = app.args.model_copy(
         update={
             "models": [app.args.model(name).model_copy(update={"artifact": paths[name]}) for name in SERVED],
-            "routers": [
-                cascade.model_copy(
-                    update={
-                        "stages": CascadeEntry.model_validate(
-                            {"kind": "cascade", "name": cascade.name, "stages": stages}
-                        ).stages
-                    }
-                )
-            ],
+            "routers": [CascadeEntry.model_validate({**cascade.model_dump(), "stages": stages})],
         }
     )
     return cfg.model_copy(
@@ -80,9 +72,8 @@ def workers_for(args) -> tuple[int, str]:
     inside = [m.name for m in args.models if m.in_ingress]
     separate = {m.name: m.autoscaling.max_replicas if m.autoscaling else m.replicas for m in args.models}
     separate = {name: n for name, n in separate.items() if name not in inside}
-    processes = (args.ingress.replicas if inside else 0) + sum(separate.values())
-    shape = f"{args.ingress.replicas} ingress replica(s)" + (
-        f" each running {' + '.join(inside)}" if inside else ""
-    )
+    ingress = args.ingress.autoscaling.max_replicas if args.ingress.autoscaling else args.ingress.replicas
+    processes = (ingress if inside else 0) + sum(separate.values())
+    shape = f"{ingress} ingress replica(s)" + (f" each running {' + '.join(inside)}" if inside else "")
     shape += "".join(f", {name} {n} replica(s) (at most)" for name, n in separate.items())
     return max(processes, 1), shape
