@@ -79,6 +79,7 @@ def main() -> int:
     )
     cfg = shipped(args.serve_config, paths, thresholds["cascade"])
     workers, shape = workers_for(cfg.applications[0].args)
+    merged = {m.name: m.max_batch_size for m in cfg.applications[0].args.models}  # the same batching
     print(
         f"forward pass of {BATCH} on {THREADS} thread: student {costs['student']:.1f} ms, teacher "
         f"{costs['teacher']:.1f} ms; calibrated thresholds: cascade {thresholds['cascade']:.3f}, early exit "
@@ -100,7 +101,7 @@ def main() -> int:
                     runs = our_runs(proxy, direct, x, args.concurrency)
                     measure(runs, labels, args, round_index, results)
             else:
-                with plain_server(paths, thresholds["cascade"], workers) as plain:
+                with plain_server(paths, thresholds["cascade"], workers, merged) as plain:
                     measure(plain_runs(plain, x, args.concurrency), labels, args, round_index, results)
     return report(results, args)
 

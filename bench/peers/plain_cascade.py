@@ -2,6 +2,7 @@
 uvicorn, no Ray.
 
     PLAIN_STUDENT=<artifact folder> PLAIN_TEACHER=<artifact folder> PLAIN_THRESHOLD=0.77 \\
+        [PLAIN_STUDENT_MERGED=8 PLAIN_TEACHER_MERGED=8] \\
         .venv/bin/python -m uvicorn plain_cascade:app --app-dir bench/peers --workers 2 \\
         --host 127.0.0.1 --port 8001
 
@@ -41,7 +42,7 @@ from scaleforge.config.serve import LimitsSpec, ModelEntry  # noqa: E402
 from scaleforge.routing import escalate  # noqa: E402
 
 MAX_ROWS = LimitsSpec.model_fields["max_batch_size"].default  # the ingress's limit per request
-MAX_MERGED = ModelEntry.model_fields["max_batch_size"].default  # requests merged into one forward pass
+MAX_MERGED = ModelEntry.model_fields["max_batch_size"].default  # the served models' default
 HEADER = "inference-header-content-length"  # the binary tensor extension's header
 MEASURE = "max_prob"
 
@@ -52,8 +53,8 @@ class MergedForward:
     A call queues its rows; the pass runs once the loop has run every handler that is ready, so the
     requests that arrived meanwhile share it (``@serve.batch`` with no wait does the same)."""
 
-    def __init__(self, artifact: str):
-        self.model = load_servable(artifact)
+    def __init__(self, artifact: str, max_merged: int):
+        self.model, self.max_merged = load_servable(artifact), max_merged
         self.input_dim = self.model.input_dim
         self.waiting: list[tuple[np.ndarray, asyncio.Future]] = []
 
@@ -65,7 +66,7 @@ class MergedForward:
         return await future
 
     def _run(self) -> None:
-        batch, self.waiting = self.waiting[:MAX_MERGED], self.waiting[MAX_MERGED:]
+        batch, self.waiting = self.waiting[: self.max_merged], self.waiting[self.max_merged :]
         if self.waiting:
             asyncio.get_running_loop().call_soon(self._run)
         rows = batch[0][0] if len(batch) == 1 else np.concatenate([x for x, _ in batch])
@@ -85,8 +86,8 @@ class BadRequest(Exception):
 # them must not be written, and the forward pass never writes its input.
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 torch.set_num_threads(1)
-student = MergedForward(os.environ["PLAIN_STUDENT"])
-teacher = MergedForward(os.environ["PLAIN_TEACHER"])
+student = MergedForward(os.environ["PLAIN_STUDENT"], int(os.environ.get("PLAIN_STUDENT_MERGED", MAX_MERGED)))
+teacher = MergedForward(os.environ["PLAIN_TEACHER"], int(os.environ.get("PLAIN_TEACHER_MERGED", MAX_MERGED)))
 threshold = float(os.environ["PLAIN_THRESHOLD"])
 app = FastAPI()
 

@@ -14,15 +14,18 @@ from serving_parts.common import REPO
 
 
 @contextlib.contextmanager
-def plain_server(paths: dict[str, str], threshold: float, workers: int):
+def plain_server(paths: dict[str, str], threshold: float, workers: int, merged: dict[str, int]):
     """bench/peers/plain_cascade.py under uvicorn (``workers`` workers) on a free port, serving
-    the student, the teacher and the cascade at ``threshold``: yields its base URL."""
+    the student, the teacher and the cascade at ``threshold``, merging at most ``merged[model]`` calls
+    of a model into one pass: yields its base URL."""
     port = free_port()
     env = {
         **os.environ,
         "PLAIN_STUDENT": paths["student"],
         "PLAIN_TEACHER": paths["teacher"],
         "PLAIN_THRESHOLD": repr(threshold),
+        "PLAIN_STUDENT_MERGED": str(merged["student"]),
+        "PLAIN_TEACHER_MERGED": str(merged["teacher"]),
     }
     command = [
         sys.executable,
