@@ -4,7 +4,7 @@ template ``make demo`` serves) against the same cascade in a plain FastAPI + uvi
 
     .venv/bin/python bench/serving.py [--seconds 10] [--rounds 3] [--serve-config configs/serve.yaml]
     (about 9 minutes on 2 idle cores: 3 rounds of about 3; plus training the models once, about 5 minutes;
-    --seconds 2 --rounds 1: about 2 minutes)
+    --seconds 2 --rounds 1: about a minute)
 
 Both sides serve the same student and teacher artifacts (loaded by ``load_servable``, one torch thread
 per model process), the cascade over them at the same threshold (calibrated like ``jobs.calibrate``,
@@ -12,9 +12,10 @@ per model process), the cascade over them at the same threshold (calibrated like
 model into one forward pass the same way (no added wait). Ours: the shipped config's cascade part
 (its student, teacher and cascade router with every deployment setting as shipped; its MoE models,
 which this bench does not train, left out), deployed by ``scaleforge.deployment.deploy`` on an embedded
-Ray as ``jobs.serve`` and the demo deploy it, with its defaults (direct ingress on: each ingress replica
-also answers HTTP on a port of its own). The plain peer: uvicorn with one worker per model process of
-ours, each worker loading both models; V2 JSON or binary tensors in and out with orjson.
+Ray as ``jobs.serve`` and the demo deploy it, with its defaults (``scaleforge.runtime``: direct ingress
+on, so that each ingress replica also answers HTTP on a port of its own, and Serve's low-overhead
+settings). The plain peer: uvicorn with one worker per model process of ours, each worker loading both
+models; V2 JSON or binary tensors in and out with orjson.
 
 A round measures one side, shuts it down (``ray.shutdown()``: nothing of Ray runs while the plain
 server is measured), then the other; the side that goes first alternates round by round. Every
@@ -57,6 +58,7 @@ from serving_parts.plain import plain_server  # noqa: E402
 from serving_parts.report import report  # noqa: E402
 
 from scaleforge.data import load_mnist1d  # noqa: E402
+from scaleforge.runtime import SERVE_DIRECT_INGRESS, SERVE_LOW_OVERHEAD  # noqa: E402
 
 INFER = "/v2/models/{}/infer"
 
@@ -85,7 +87,12 @@ def main() -> int:
         f"{costs['teacher']:.1f} ms; calibrated thresholds: cascade {thresholds['cascade']:.3f}, early exit "
         f"{thresholds['early exit']:.3f}; {os.cpu_count()} cores"
     )
-    print(f"ours: {_shown(args.serve_config)}, {shape}; plain: uvicorn, {workers} workers", flush=True)
+    serve_env = {**SERVE_DIRECT_INGRESS, **SERVE_LOW_OVERHEAD}
+    settings = ", ".join(f"{k}={os.environ.get(k, v)}" for k, v in serve_env.items())
+    print(
+        f"ours: {_shown(args.serve_config)}, {shape} ({settings}); plain: uvicorn, {workers} workers",
+        flush=True,
+    )
     x, y = data["x_test"][held_out], data["y_test"][held_out]
     print_exit_curves(exit_probs(paths, x), y)
     labels = [y[i : i + BATCH] for i in range(0, len(x) - BATCH + 1, BATCH)]
