@@ -79,7 +79,7 @@ class MergedForward:
 
 
 class BadRequest(Exception):
-    pass
+    """A request this server refuses with 400."""
 
 
 # A binary request's features are a read-only view of its body (no copy): torch warns that a tensor over
