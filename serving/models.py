@@ -4,6 +4,7 @@ Models are read by :func:`scaleforge.artifacts.servable.load_servable`, the one 
 serving and calibration share (other artifact kinds plug in there).
 """
 
+import asyncio
 import logging
 
 import numpy as np
@@ -74,18 +75,50 @@ class Forward:
 
 class InIngressModel:
     """A model run inside the ingress replica (``in_ingress: true``): the same merged forward pass as
-    a :class:`ModelServer`, without the hop. The pass runs on the ingress's event loop, which is
-    why this is for small models: a cascade's cheap first stage."""
+    a :class:`ModelServer`, without the hop. The pass runs on the ingress's event loop, as a plain
+    server's would.
+
+    Calls are merged as ``@serve.batch`` merges them (the calls waiting when the pass starts, at most
+    ``max_batch_size``, after ``batch_wait_timeout_s``), by a plain future per call: for a model in
+    the same process, Serve's batcher (a queue and a task per batch) showed in the ingress's profile
+    as a sizeable share of a cascade's stage-0 answer (``bench/serving.py``)."""
 
     def __init__(self, entry: ModelEntry):
         self.entry = entry
-        forward = self.forward = Forward(entry)
+        self.forward = Forward(entry)
+        self.waiting: list[tuple[np.ndarray, asyncio.Future]] = []
 
-        @serve.batch(max_batch_size=entry.max_batch_size, batch_wait_timeout_s=entry.batch_wait_timeout_s)
-        async def merged(batches: list[np.ndarray]) -> list[np.ndarray]:
-            return forward(batches)
+    async def predict(self, x: np.ndarray) -> np.ndarray:
+        """[rows, input_dim] float32 -> [rows, num_classes] float32 logits."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.waiting.append((x, future))
+        if len(self.waiting) == 1:  # the first of a batch schedules its pass
+            if self.entry.batch_wait_timeout_s:
+                loop.call_later(self.entry.batch_wait_timeout_s, self._run)
+            else:
+                loop.call_soon(self._run)
+        return await future
 
-        self.predict = merged
+    def _run(self) -> None:
+        batch, self.waiting = (
+            self.waiting[: self.entry.max_batch_size],
+            self.waiting[self.entry.max_batch_size :],
+        )
+        if self.waiting:
+            asyncio.get_running_loop().call_soon(self._run)
+        if not batch:
+            return
+        try:
+            logits = self.forward([x for x, _ in batch])
+        except Exception as err:  # noqa: BLE001 - each caller gets the pass's error, as from serve.batch
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(err)
+            return
+        for (_, future), answer in zip(batch, logits):
+            if not future.done():  # a caller that went away (its request cancelled) is skipped
+                future.set_result(answer)
 
 
 @serve.deployment

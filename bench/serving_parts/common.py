@@ -1,10 +1,9 @@
-"""What every part of bench/serving.py shares: the models' shapes, the request size and model CPU."""
+"""What every part of bench/serving.py shares: the models' shapes, the request size and torch threads."""
 
 from pathlib import Path
 
 from scaleforge.config.serve import ModelEntry
 from scaleforge.models import CNN1dSpec
-from scaleforge.runtime import SERVE_DIRECT_INGRESS
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path("~/.cache/scaleforge/serving-bench").expanduser()
@@ -15,8 +14,3 @@ TEACHER = CNN1dSpec(channels=[96, 192, 192], hidden=256)
 EXIT_AFTER = 1  # the early-exit network: the teacher with a side exit after its first conv block
 BATCH = 64
 THREADS = ModelEntry.model_fields["threads"].default  # torch threads per model process, everywhere
-MODEL_PROCESSES = 2  # the cascade's two model replicas; the teacher-only app and uvicorn get as many
-SERVE_ENV = {**SERVE_DIRECT_INGRESS, "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
-"""Serve's low-overhead settings, read by its controller and replicas when they start (set before
-``ray.init``)."""
-MAX_BATCH_SIZE = ModelEntry.model_fields["max_batch_size"].default

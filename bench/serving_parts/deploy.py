@@ -1,68 +1,79 @@
-"""The Serve apps of bench/serving.py, each on its own route: teacher-only, the cascade (student in the
-ingress, or as a deployment of its own), the bare stage-0 peer and the early-exit network (its
-``early_exit`` router).
+"""Our side of bench/serving.py: the shipped serve config (``configs/serve.yaml``, the template that
+``make demo``'s serve stage fills) serving the bench's models, deployed as ``jobs.serve`` deploys it,
+and the bare stage-0 Serve deployment beside it.
 
-Every use of the serve config's shape (``build_app``'s models, routers and ingress) and of the
-library's deployment code is in this file."""
+Every use of the serve config and of the library's deployment code is in this file."""
 
+import contextlib
+from pathlib import Path
+
+import ray
 from peers.serve_bare import BareModel
 from ray import serve
-from ray.serve.context import _get_global_client
 
-from scaleforge.deployment.deploy import direct_ingress_urls
-from serving.app import build_app
-from serving_parts.common import MODEL_PROCESSES, THREADS
+from scaleforge.config.loader import load_config
+from scaleforge.config.serve import ServeConfig
+from scaleforge.deployment.deploy import deploy, running_direct_ingress_urls
+from scaleforge.routers import CascadeEntry
+from serving_parts.plain import free_port
+
+SERVED = ("student", "teacher")
 
 
-def deploy(paths: dict[str, str], thresholds: dict[str, float]) -> None:
-    threshold = thresholds["cascade"]
-    model = {"num_cpus": 0.1, "threads": THREADS, "max_ongoing_requests": 32, "max_queued_requests": -1}
-    ingress = {"num_cpus": 0.1, "max_ongoing_requests": 64, "max_queued_requests": -1}
-    teacher = {"name": "teacher", "artifact": paths["teacher"], **model}
-    teacher_only = {"models": [{**teacher, "replicas": MODEL_PROCESSES}], "ingress": ingress}
-    # The student runs in the ingress with no batching wait: a request of 64 rows is a batch already,
-    # and requests that arrive while it runs are merged all the same.
-    student = {"name": "student", "artifact": paths["student"], **model, "batch_wait_timeout_s": 0.0}
-    cascade = {
-        "models": [{**student, "in_ingress": True}, teacher],
-        "routers": [
-            {
-                "kind": "cascade",
-                "name": "cascade",
-                "stages": [{"model": "student", "threshold": threshold}, {"model": "teacher"}],
-            }
-        ],
-        "ingress": ingress,
-    }
-    separate = {**cascade, "models": [student, teacher]}
-    # The early-exit network in the ingress (its router runs the network's exits), one ingress per
-    # model process; the router is served as "early-exit", the name the load generator asks for.
-    network = {"name": "network", "artifact": paths["early-exit"], **model, "batch_wait_timeout_s": 0.0}
-    early_exit = {
-        "models": [{**network, "in_ingress": True}],
-        "routers": [
-            {
-                "kind": "early_exit",
-                "name": "early-exit",
-                "model": "network",
-                "threshold": thresholds["early exit"],
-            }
-        ],
-        "ingress": {**ingress, "replicas": MODEL_PROCESSES},
-    }
-    serve.run(build_app(teacher_only), name="teacher-only", route_prefix="/teacher-only")
-    serve.run(build_app(cascade), name="cascade", route_prefix="/cascade")
-    serve.run(build_app(separate), name="cascade-2-deployments", route_prefix="/cascade-2-deployments")
-    serve.run(
-        BareModel.options(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64).bind(
-            paths["student"]
-        ),
-        name="bare",
-        route_prefix="/bare",
+def shipped(path: Path, paths: dict[str, str], threshold: float) -> ServeConfig:
+    """The serve config at ``path`` serving the bench's student and teacher and its cascade at the
+    calibrated ``threshold``, as the demo's serve stage fills the template (its MoE models and router,
+    which the bench does not train, left out), on a free port; every deployment setting as shipped."""
+    cfg = load_config(ServeConfig, path)
+    app = cfg.applications[0]
+    cascade = app.args.routers_of(CascadeEntry)[0]
+    if cascade.models() != list(SERVED):
+        raise ValueError(
+            f"{path}: the bench serves a cascade of {SERVED}, the config's is {cascade.models()}"
+        )
+    stages = [{"model": "student", "threshold": threshold}, {"model": "teacher"}]
+    args = app.args.model_copy(
+        update={
+            "models": [app.args.model(name).model_copy(update={"artifact": paths[name]}) for name in SERVED],
+            "routers": [CascadeEntry.model_validate({**cascade.model_dump(), "stages": stages})],
+        }
     )
-    serve.run(build_app(early_exit), name="early-exit", route_prefix="/early-exit")
+    return cfg.model_copy(
+        update={
+            "http_options": cfg.http_options.model_copy(update={"port": free_port()}),
+            "applications": [app.model_copy(update={"args": args})],
+        }
+    )
 
 
-def direct_urls() -> dict[str, list[str]]:
-    """Each app's ingress replicas' own URLs (direct ingress), as Serve publishes them."""
-    return direct_ingress_urls(_get_global_client().get_serve_details())
+@contextlib.contextmanager
+def served(cfg: ServeConfig, stage0_artifact: str):
+    """``cfg`` deployed on an embedded Ray as ``jobs.serve`` deploys it (with its defaults: direct
+    ingress on), and the bare stage-0 app on the same proxy at ``/bare``; yields (the proxy's base URL,
+    the shipped app's ingress replicas' own URLs). Ray is shut down on leaving."""
+    try:
+        proxy = deploy(cfg)
+        serve.run(
+            BareModel.options(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64).bind(
+                stage0_artifact
+            ),
+            name="bare",
+            route_prefix="/bare",
+        )
+        direct = running_direct_ingress_urls()[cfg.applications[0].name]
+        yield proxy, direct
+    finally:
+        ray.shutdown()  # the local cluster and Serve with it
+
+
+def workers_for(args) -> tuple[int, str]:
+    """The model processes of the served cascade (the plain server gets one worker per process), and
+    its shape in words."""
+    inside = [m.name for m in args.models if m.in_ingress]
+    separate = {m.name: m.autoscaling.max_replicas if m.autoscaling else m.replicas for m in args.models}
+    separate = {name: n for name, n in separate.items() if name not in inside}
+    ingress = args.ingress.autoscaling.max_replicas if args.ingress.autoscaling else args.ingress.replicas
+    processes = (ingress if inside else 0) + sum(separate.values())
+    shape = f"{ingress} ingress replica(s)" + (f" each running {' + '.join(inside)}" if inside else "")
+    shape += "".join(f", {name} {n} replica(s) (at most)" for name, n in separate.items())
+    return max(processes, 1), shape

@@ -1,6 +1,7 @@
 """The early-exit network of bench/serving.py: the teacher's architecture with a side exit after its
 first conv block, trained on both exits' joint loss (BranchyNet) and saved as a ``cnn1d_early_exit``
-artifact, which the serve config's ``early_exit`` router serves as one cascade (``deploy.py``).
+artifact; the bench prints its accuracy against the share answered at the side exit beside the
+two-model cascade's (held out).
 
 Every use of ``scaleforge.models.early_exit`` by the benchmark is in this file."""
 

@@ -1,4 +1,4 @@
-"""bench/peers/plain_server.py started under uvicorn, as bench/serving.py runs it."""
+"""bench/peers/plain_cascade.py started under uvicorn, as bench/serving.py runs it."""
 
 import contextlib
 import os
@@ -10,20 +10,28 @@ import time
 
 import httpx
 
-from serving_parts.common import MODEL_PROCESSES, REPO
+from serving_parts.common import REPO
 
 
 @contextlib.contextmanager
-def plain_server(artifact: str, name: str):
-    """bench/peers/plain_server.py under uvicorn (``MODEL_PROCESSES`` workers) on a free port: yields
-    its base URL."""
+def plain_server(paths: dict[str, str], threshold: float, workers: int, merged: dict[str, int]):
+    """bench/peers/plain_cascade.py under uvicorn (``workers`` workers) on a free port, serving
+    the student, the teacher and the cascade at ``threshold``, merging at most ``merged[model]`` calls
+    of a model into one pass: yields its base URL."""
     port = free_port()
-    env = {**os.environ, "PLAIN_ARTIFACT": artifact, "PLAIN_MODEL": name}
+    env = {
+        **os.environ,
+        "PLAIN_STUDENT": paths["student"],
+        "PLAIN_TEACHER": paths["teacher"],
+        "PLAIN_THRESHOLD": repr(threshold),
+        "PLAIN_STUDENT_MERGED": str(merged["student"]),
+        "PLAIN_TEACHER_MERGED": str(merged["teacher"]),
+    }
     command = [
         sys.executable,
         "-m",
         "uvicorn",
-        "plain_server:app",
+        "plain_cascade:app",
         "--app-dir",
         str(REPO / "bench" / "peers"),
         "--host",
@@ -31,7 +39,7 @@ def plain_server(artifact: str, name: str):
         "--port",
         str(port),
         "--workers",
-        str(MODEL_PROCESSES),
+        str(workers),
         "--log-level",
         "warning",
         "--no-access-log",
@@ -39,7 +47,7 @@ def plain_server(artifact: str, name: str):
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, start_new_session=True)
     try:
         base = f"http://127.0.0.1:{port}"
-        _wait_ready(f"{base}/v2/health/ready", process)
+        _wait_ready(f"{base}/v2/health/ready", process, workers)
         yield base
     finally:
         process.terminate()  # uvicorn's supervisor stops its workers
@@ -50,15 +58,15 @@ def plain_server(artifact: str, name: str):
             process.wait()
 
 
-def _wait_ready(url: str, process: subprocess.Popen, timeout_s: float = 120) -> None:
+def _wait_ready(url: str, process: subprocess.Popen, expected: int, timeout_s: float = 120) -> None:
     """Poll ``url`` until every worker has answered (a worker answers once its model is loaded)."""
     deadline, workers = time.monotonic() + timeout_s, set()
-    while len(workers) < MODEL_PROCESSES:
+    while len(workers) < expected:
         if process.poll() is not None:
             raise RuntimeError(f"uvicorn exited with status {process.returncode} before it was ready")
         if time.monotonic() > deadline:
             raise RuntimeError(
-                f"uvicorn at {url}: {len(workers)} of {MODEL_PROCESSES} workers ready after {timeout_s:.0f} s"
+                f"uvicorn at {url}: {len(workers)} of {expected} workers ready after {timeout_s:.0f} s"
             )
         with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
             workers.add(httpx.get(url, timeout=2).json()["pid"])

@@ -26,6 +26,17 @@ SERVE_DIRECT_INGRESS = {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
 (:func:`scaleforge.deployment.deploy.direct_ingress_urls`; ``docs/serving.md``). Set it to 0 to turn it
 off."""
 
+SERVE_LOW_OVERHEAD = {
+    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
+    "RAY_SERVE_LOG_TO_STDERR": "0",
+    "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1000",
+}
+"""Serve on an embedded Ray, as Ray 2.60's ``RAY_SERVE_THROUGHPUT_OPTIMIZED`` sets these three
+(``ray/serve/_private/constants.py``; it also moves handle calls to gRPC, left as they are): a replica
+runs our handlers on its own event loop (no thread hand-off per request), and writes its per-request
+log lines to its log file only, buffered, not also to stderr for Ray's log monitor to ship. The
+serving benchmark's plain server pays none of these per request (``docs/serving.md``)."""
+
 IDLE_WORKER_POOL = {
     "RAY_prestart_worker_first_driver": "0",
     "RAY_num_workers_soft_limit": str(os.cpu_count() or 1),
@@ -83,7 +94,12 @@ def ensure_ray(min_cpus: float) -> None:
     if joins_a_cluster():
         ray.init(**quiet)
     else:
-        for name, value in {**FAST_POLLING, **SERVE_DIRECT_INGRESS, **IDLE_WORKER_POOL}.items():
+        for name, value in {
+            **FAST_POLLING,
+            **SERVE_DIRECT_INGRESS,
+            **SERVE_LOW_OVERHEAD,
+            **IDLE_WORKER_POOL,
+        }.items():
             os.environ.setdefault(name, value)
         cpus = max(float(os.cpu_count() or 1), min_cpus)
         # The raylet starts at most one worker process per physical core at once and warns on the

@@ -58,6 +58,18 @@ def test_a_mixed_cluster_puts_the_cheap_stage_on_cpu_nodes_and_large_models_on_g
     assert where["gate"] == "gpu" and where["helper"] == "gpu"
     with pytest.raises(ValueError, match=r"\['student'\] are both a router's cheap model"):
         place_models(app_args, hardware, gpu_min_parameters=10)
+    # Models the config runs inside the ingress leave it for deployments on their nodes (the ingress runs
+    # anywhere); the placed args stay valid (in_ingress with num_gpus would be refused).
+    inside = app_args.model_copy(
+        update={"models": [m.model_copy(update={"in_ingress": m.name != "gate"}) for m in app_args.models]}
+    )
+    placed, where = place_models(inside, hardware, gpu_share=0.25, gpu_min_parameters=10_000)
+    models = {m.name: m for m in ServeArgs.model_validate(placed.model_dump()).models}
+    assert where == {"student": "cpu", "teacher": "gpu", "gate": "any", "helper": "any"}
+    assert (
+        not models["student"].in_ingress and not models["teacher"].in_ingress and models["helper"].in_ingress
+    )
+    assert models["teacher"].num_gpus == 0.25
 
 
 def test_a_cluster_of_one_kind_keeps_rays_default_placement(app_args):

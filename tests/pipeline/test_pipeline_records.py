@@ -123,7 +123,11 @@ def test_the_serve_plan_serves_this_runs_artifacts_and_thresholds(pipeline_cfg, 
     assert moe.experts == [f"moe-expert-{i}" for i in range(4)] and moe.top_k == 2
     assert moe.combine == "gumbel"  # the gate family the experts were trained with
     assert [(s.model, s.threshold) for s in cascade.stages] == [("student", 0.75), ("teacher", None)]
-    assert args.model("teacher").autoscaling.max_replicas == 2  # what configs/serve.yaml sets is kept
+    # What configs/serve.yaml sets is kept: both cascade stages inside each of its ingress replicas.
+    assert (
+        args.model("teacher").in_ingress
+        and args.ingress.replicas == template.applications[0].args.ingress.replicas
+    )
     # Written as the serve stage writes it: a file Ray's own schema and ours accept, thresholds and all.
     app = template.applications[0].model_copy(update={"args": args})
     path = write_serve_yaml(

@@ -165,7 +165,8 @@ def test_serve_deploy_serves_configs_serve_yaml_from_the_bucket_with_the_install
         )
         assert details.status_code == 200, details.text
         direct = direct_ingress_urls(details.json())
-        assert list(direct) == ["scaleforge"] and len(direct["scaleforge"]) == 1, direct
+        replicas = args["ingress"]["replicas"]  # every ingress replica answers at a port of its own
+        assert list(direct) == ["scaleforge"] and len(direct["scaleforge"]) == replicas, direct
         direct_url = direct["scaleforge"][0]
         assert direct_url.startswith("http://127.0.0.1:") and not direct_url.endswith(f":{port}"), direct_url
         directly = {

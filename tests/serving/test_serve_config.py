@@ -105,7 +105,10 @@ def _with_in_ingress(name: str, **fields) -> dict:
 
 
 def test_a_model_in_the_ingress_reserves_nothing_and_cannot_be_an_expert_or_hold_a_gpu():
-    plain, inside = ServeArgs.model_validate(_args()), ServeArgs.model_validate(_with_in_ingress("student"))
+    # configs/serve.yaml runs the student in the ingress: against it as a deployment of its own.
+    plain = ServeArgs.model_validate(_with_in_ingress("student", in_ingress=False))
+    inside = ServeArgs.model_validate(_with_in_ingress("student"))
+    assert plain.model("student").cpus_asked > 0
     assert (
         inside.model("student").in_ingress
         and inside.cpus_asked == plain.cpus_asked - plain.model("student").cpus_asked

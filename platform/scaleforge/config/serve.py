@@ -34,8 +34,10 @@ class ModelEntry(DeploymentSpec):
     """torch intra-op threads per replica."""
     in_ingress: bool = False
     """Run the model inside the ingress replica instead of a deployment of its own: no hop between
-    them, and it scales with the ingress (its ``replicas``, ``autoscaling`` and ``num_cpus`` are not
-    used). For a small model on CPU, such as a cascade's stage 0; not for MoE gates or experts."""
+    them, and it scales with the ingress (its ``replicas``, ``autoscaling`` and ``num_cpus`` apply only
+    where the main job's placement moves it out, to a kind of node on a mixed cluster). On CPU: a
+    cascade's stages (``configs/serve.yaml`` runs both in each ingress replica); not for MoE gates or
+    experts. Its forward pass runs on the replica's event loop, as a plain server's would."""
 
     @property
     def cpus_asked(self) -> float:

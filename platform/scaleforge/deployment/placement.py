@@ -64,8 +64,10 @@ def place_models(
         (new args, {model name: "cpu" | "gpu" | "any"}). The models a router hints for CPU (a
         cascade's first stage) go to the CPU nodes; those it hints for GPU (a cascade's last stage),
         and every model with at least ``gpu_min_parameters`` weights, to the GPU nodes
-        (``gpu_share`` of a GPU per replica). The rest, and every model on a cluster of one kind,
-        is left to Ray (then ``args`` itself comes back).
+        (``gpu_share`` of a GPU per replica). A model placed so that the config runs inside the
+        ingress (``in_ingress``) leaves it for a deployment of its own there (with its entry's
+        ``num_cpus``, ``replicas`` or ``autoscaling``): the ingress runs on any node. The rest, and
+        every model on a cluster of one kind, is left to Ray (then ``args`` itself comes back).
     """
     if not hardware.mixed:
         return args, {m.name: "any" for m in args.models}
@@ -82,12 +84,20 @@ def place_models(
     for model in args.models:
         if model.name in cheap:
             model = model.model_copy(
-                update={"num_gpus": 0.0, "label_selector": node_selector(hardware.cpu_nodes)}
+                update={
+                    "in_ingress": False,
+                    "num_gpus": 0.0,
+                    "label_selector": node_selector(hardware.cpu_nodes),
+                }
             )
             where[model.name] = "cpu"
         elif model.name in large:
             model = model.model_copy(
-                update={"num_gpus": gpu_share, "label_selector": node_selector(hardware.gpu_nodes)}
+                update={
+                    "in_ingress": False,
+                    "num_gpus": gpu_share,
+                    "label_selector": node_selector(hardware.gpu_nodes),
+                }
             )
             where[model.name] = "gpu"
         else:

@@ -72,10 +72,10 @@ class CascadeRouter:
             pending = pending[handed_on]
             if not len(pending):
                 break
-        scores = confidence(torch.from_numpy(probs), self.entry.measure).numpy().astype(np.float32)
         outputs = {"class": probs.argmax(axis=1).astype(np.int64), "probabilities": probs}
         summary = {"answered_at_stage_0": int((stage == 0).sum()), "escalated": int((stage > 0).sum())}
         if parameters.get("trace"):
+            scores = confidence(torch.from_numpy(probs), self.entry.measure).numpy().astype(np.float32)
             outputs |= {"stage": stage, "confidence": scores}
         return outputs, summary
 
