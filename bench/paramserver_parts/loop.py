@@ -2,7 +2,6 @@
 
 import contextlib
 import math
-import statistics
 import sys
 import threading
 import time
@@ -10,7 +9,16 @@ import time
 import ray
 from peers.docs_paramserver import DataWorker, ParameterServer, set_weights
 
-from paramserver_parts.common import EVAL_EVERY_S, TARGET, ps_config, reached
+from paramserver_parts.common import (
+    EVAL_EVERY_S,
+    TARGET,
+    median_to_target,
+    ps_config,
+    ratio_of,
+    ratio_shown,
+    reached,
+    seconds_shown,
+)
 from scaleforge.config import AsyncSGDConfig
 from scaleforge.data.in_memory import load_in_memory
 from scaleforge.models import build_model
@@ -99,19 +107,25 @@ def full_loop(repeats: int) -> dict:
         runs["docs"].append(docs_full_loop(cfg))
     for side, name in (("ours", "ours (run_async_sgd)"), ("docs", "documentation's loop")):
         print(
-            f"   {name:21s} " + ", ".join(f"{s:5.1f} s ({u} updates, {u / s:.0f}/s)" for s, u in runs[side]),
+            f"   {name:21s} "
+            + ", ".join(
+                f"{s:5.1f} s ({u} updates, {u / s:.0f}/s)"
+                if u
+                else f"never within {cfg.workers.epochs} epochs"
+                for s, u in runs[side]
+            ),
             flush=True,
         )
-    return {side: statistics.median(s for s, _ in results) for side, results in runs.items()}
+    return {side: median_to_target(s for s, _ in results) for side, results in runs.items()}
 
 
 def loop_rows(repeats: int) -> list:
     times = full_loop(repeats)
-    ratio = times["ours"] / times["docs"]
+    ratio = ratio_of(times["ours"], times["docs"])
     return [
         (
             f"b. time to {TARGET:.2f}, async: ours / docs",
-            f"{times['ours']:.1f} / {times['docs']:.1f} s = {ratio:.2f}",
+            f"{seconds_shown(times['ours'])} / {seconds_shown(times['docs'])} = {ratio_shown(ratio)}",
             "<= 0.7",
             ratio <= 0.7,
         )

@@ -3,11 +3,12 @@ what its updates need without staleness and what the staleness adds (one worker 
 library's staleness simulator, one process with no Ray)."""
 
 import contextlib
+import math
 import statistics
 import sys
 
-from paramserver_parts.common import TARGET, ps_config, reached
-from paramserver_parts.scenarios import SEEDS, SLOWDOWN, TRANSIENT_BAR, TRANSIENT_P
+from paramserver_parts.common import TARGET, count_shown, median_to_target, ps_config, reached
+from paramserver_parts.scenarios import SSP_NAME, TRANSIENT_BAR, Scenario
 from scaleforge.paramserver import run_async_sgd
 from scaleforge.paramserver.staleness import stale_updates
 
@@ -29,7 +30,7 @@ def one_worker_run(lr: float, seed: int) -> int:
     return updates if seconds == seconds else 0
 
 
-def ssp_why(best: dict, workers: int = 3) -> None:
+def ssp_why(best: dict, scenario: Scenario, seeds: tuple[int, ...], split: bool, workers: int = 3) -> None:
     """Why SSP wins or loses under transient stragglers: its time over sync's is the gradients it needs
     over sync's (G) times sync's pace over its own (medians of the seeds, so the product is close to the
     measured ratio, not equal to it). Sync's round waits for the slowest of the workers, 1 + (k - 1)(1 -
@@ -39,14 +40,18 @@ def ssp_why(best: dict, workers: int = 3) -> None:
     G itself splits in two, from one worker with no delay, so no staleness, applying ssp's updates
     (a batch at ssp's rate) on the same seeds: what those updates need without staleness, over sync's
     gradients (sync's are stale-free already: every round reads the last update), times what the
-    staleness of the workers' updates in between then adds."""
-    needed = {name: statistics.median(r["grads_to_target"] for r in best[name]["runs"]) for name in best}
+    staleness of the workers' updates in between then adds. ``split``: measure G's parts (a later
+    scenario at the same rate would measure the same, as neither part has a straggler)."""
+    needed = {name: median_to_target(r["grads_to_target"] for r in best[name]["runs"]) for name in best}
     pace = {
-        name: statistics.median(r["grads_to_target"] / r["seconds"] for r in best[name]["runs"])
+        name: statistics.median(
+            [r["grads_to_target"] / r["seconds"] for r in best[name]["runs"] if r["seconds"] == r["seconds"]]
+            or [float("nan")]
+        )
         for name in best
     }
-    (ssp,) = [name for name in best if name != "sync"]
-    gain = (1 + (SLOWDOWN - 1) * (1 - (1 - TRANSIENT_P) ** workers)) / (1 + TRANSIENT_P * (SLOWDOWN - 1))
+    ssp, k, p = SSP_NAME, scenario.slowdown, scenario.probability
+    gain = (1 + (k - 1) * (1 - (1 - p) ** workers)) / (1 + p * (k - 1))
     g, measured_gain = needed[ssp] / needed["sync"], pace[ssp] / pace["sync"]
     print(
         f"   why: {ssp}/sync = G x sync's pace / ssp's = {g:.2f} x {pace['sync']:.0f} / {pace[ssp]:.0f} "
@@ -58,7 +63,14 @@ def ssp_why(best: dict, workers: int = 3) -> None:
         f"G <= {TRANSIENT_BAR * gain:.2f} ({TRANSIENT_BAR * measured_gain:.2f} at the measured paces)",
         flush=True,
     )
-    alone = [one_worker_run(best[ssp]["lr"], seed) for seed in SEEDS]
+    if not split:
+        print(
+            "   G's parts: not measured again (one worker with no delay and the simulator have no straggler; "
+            f"ssp runs at the rate of {scenario.rates_of} stragglers, whose lines have them)",
+            flush=True,
+        )
+        return
+    alone = [one_worker_run(best[ssp]["lr"], seed) for seed in seeds]
     if not all(alone):
         print(
             f"   G's parts: not measured (one worker did not reach {TARGET:.2f} on every seed: {alone})",
@@ -84,7 +96,7 @@ def ssp_why(best: dict, workers: int = 3) -> None:
         "tau 2 predicted": (2, True),
     }
     stale = {
-        name: [_stale_updates(best[ssp]["lr"], tau, seed, predict) for seed in SEEDS]
+        name: [_stale_updates(best[ssp]["lr"], tau, seed, predict) for seed in seeds]
         for name, (tau, predict) in cases.items()
     }
     print(
@@ -92,7 +104,7 @@ def ssp_why(best: dict, workers: int = 3) -> None:
         "computed on the "
         f"parameters of exactly tau updates before (predicted: on the workers' weight prediction of them): "
         + "; ".join(
-            f"{name}: {statistics.median(runs):,.0f} gradients ("
+            f"{name}: {count_shown(median_to_target(r or math.inf for r in runs))} gradients ("
             + ", ".join(str(r) if r else "-" for r in runs)
             + ")"
             for name, runs in stale.items()

@@ -3,7 +3,11 @@ bench/paramserver.py: one ``ParameterServer`` actor whose ``apply_gradients(*gra
 per-layer numpy gradients, steps a torch optimiser and returns the weights, and ``DataWorker`` actors
 whose ``compute_gradients(weights)`` loads them, computes a gradient and returns it as per-layer numpy
 arrays. Model, optimiser and seed as our side's; the helpers are the documentation's ConvNet methods,
-over any torch module."""
+over any torch module.
+
+``part=(i, n)``: the same design on n servers, server i holding the i-th of n contiguous groups of the
+model's parameters (about equal in size, ``parameter_groups``); each worker returns its gradient as n
+objects (``num_returns=n``), one a server, and loads the n servers' weights together."""
 
 import warnings
 
@@ -28,12 +32,26 @@ def set_weights(model: torch.nn.Module, weights: dict) -> None:
         model.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
 
 
+def parameter_groups(model: torch.nn.Module, parts: int) -> list[list[int]]:
+    """The indices of ``model.parameters()`` split into ``parts`` contiguous groups, each ending at the
+    first parameter that takes the running size to its share of the total (as our shards split the flat
+    vector, but at parameter boundaries: the documentation's server holds whole tensors)."""
+    sizes = [p.numel() for p in model.parameters()]
+    groups, total, running = [[] for _ in range(parts)], sum(sizes), 0
+    for index, size in enumerate(sizes):
+        groups[min(parts - 1, running * parts // total)].append(index)
+        running += size
+    assert all(groups), f"{len(sizes)} parameters cannot fill {parts} servers"
+    return groups
+
+
 def get_gradients(model: torch.nn.Module) -> list:
     return [None if p.grad is None else p.grad.data.cpu().numpy() for p in model.parameters()]
 
 
-def set_gradients(model: torch.nn.Module, gradients: list) -> None:
-    for g, p in zip(gradients, model.parameters()):
+def set_gradients(params: list, gradients: list) -> None:
+    """The documentation's, over the parameters this server holds (all of the model's on one server)."""
+    for g, p in zip(gradients, params):
         if g is not None:
             p.grad = torch.from_numpy(g)
 
@@ -59,22 +77,29 @@ class ParameterServer:
         lr: float,
         momentum: float = 0.0,
         numpy_weights: bool = False,
+        part: tuple[int, int] = (0, 1),
     ):
         torch.set_num_threads(1)
         self.numpy_weights = numpy_weights
         torch.manual_seed(seed)
         self.model = build_model(MODEL_SPEC.validate_python(model), input_dim, num_classes)
-        self.optimizer = make_optimizer(self.model.parameters(), optimizer, lr, momentum)
+        index, parts = part
+        owned = set(parameter_groups(self.model, parts)[index])
+        self.params = [p for i, p in enumerate(self.model.parameters()) if i in owned]
+        names = [name for i, (name, _) in enumerate(self.model.named_parameters()) if i in owned]
+        self.names = None if parts == 1 else set(names)  # one server: the whole state_dict, as written
+        self.optimizer = make_optimizer(self.params, optimizer, lr, momentum)
 
     def apply_gradients(self, *gradients):
         summed_gradients = [np.stack(gradient_zip).sum(axis=0) for gradient_zip in zip(*gradients)]
         self.optimizer.zero_grad()
-        set_gradients(self.model, summed_gradients)
+        set_gradients(self.params, summed_gradients)
         self.optimizer.step()
-        return get_weights(self.model, self.numpy_weights)
+        return self.get_weights()
 
     def get_weights(self):
-        return get_weights(self.model, self.numpy_weights)
+        weights = get_weights(self.model, self.numpy_weights)
+        return weights if self.names is None else {k: v for k, v in weights.items() if k in self.names}
 
 
 @ray.remote
@@ -95,25 +120,32 @@ class DataWorker:
         batch_size: int,
         seed: int,
         precomputed: bool = False,
+        servers: int = 1,
     ):
         torch.set_num_threads(1)
         self.model = build_model(MODEL_SPEC.validate_python(model), input_dim, num_classes)
         self.batches = batches(x, y, batch_size, seed)
         self.precomputed = precomputed
+        self.groups = parameter_groups(self.model, servers)
         if precomputed:
             set_random_grads(self.model, index)
 
     def ready(self) -> bool:
         return True
 
-    def compute_gradients(self, weights):
-        set_weights(self.model, weights)
+    def compute_gradients(self, *weights):
+        """The documentation's ``compute_gradients(weights)``; on n servers, each server's weights in,
+        the gradient out as n lists (call with ``.options(num_returns=n)``)."""
+        set_weights(self.model, {k: v for part in weights for k, v in part.items()})
         if not self.precomputed:
             data, target = next(self.batches)
             self.model.zero_grad()
             loss = F.cross_entropy(self.model(data), target)
             loss.backward()
-        return get_gradients(self.model)
+        gradients = get_gradients(self.model)
+        if len(self.groups) == 1:
+            return gradients
+        return tuple([gradients[i] for i in group] for group in self.groups)
 
 
 def set_random_grads(model: torch.nn.Module, seed: int) -> None:
