@@ -21,7 +21,8 @@ def print_bars(rows: list[Row], first_column: str = "config") -> int:
     for name, measured, bar, met in rows:
         verdict = "tie" if met is None else "yes" if met else "NO"
         print(f"{name:{widths[0]}s} {measured:{widths[1]}s} {bar:{widths[2]}s} {verdict}")
-    missed = [name for name, *_, met in rows if met is False]
+    # ``met`` may be a numpy bool (a comparison of numpy figures), which ``is False`` would not catch.
+    missed = [name for name, *_, met in rows if met is not None and not met]
     ties = [name for name, *_, met in rows if met is None]
     tied = f" (a tie: {', '.join(ties)})" if ties else ""
     print(f"every bar met{tied}" if not missed else f"missed: {', '.join(missed)}{tied}")

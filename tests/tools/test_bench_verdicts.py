@@ -23,6 +23,14 @@ def test_a_tie_is_printed_as_such_and_is_no_miss(capsys):
     assert capsys.readouterr().out.splitlines()[-1].startswith("missed: a")  # what `make bench` looks for
 
 
+def test_a_miss_computed_with_numpy_counts(capsys):
+    import numpy as np
+
+    measured = np.array([0.78, 0.84])
+    assert print_bars([("ratio", "0.78", ">= 0.9", measured.min() >= 0.9)]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "missed: ratio"
+
+
 def test_lower_bits_win_only_beyond_the_larger_spread():
     assert versus([1.600, 1.610, 1.605], [1.650, 1.660, 1.655]) is True
     assert versus([1.650, 1.660, 1.655], [1.600, 1.610, 1.605]) is False
