@@ -30,6 +30,7 @@ that share ``cores`` cores compute at most ``cores / p`` of each step. Exit stat
 """
 
 import argparse
+import contextlib
 import os
 import socket
 import statistics
@@ -178,8 +179,16 @@ def _worker(rank, world, port, name, steps, out):
             "idle": idle.item(),
             "efficiency": efficiency.item(),
         }
-        torch.save(figures, out)
+        torch.save(figures, out + ".part")
+        os.replace(out + ".part", out)  # whole or absent: the parent reads it as soon as it appears
     dist.destroy_process_group()
+
+
+def _kill(context) -> None:
+    for process in context.processes:
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def measure(name: str, world: int, steps: int, timeout_s: float = 300, attempts: int = 2) -> dict:
@@ -194,12 +203,18 @@ def measure(name: str, world: int, steps: int, timeout_s: float = 300, attempts:
             context = mp.spawn(_worker, args=(world, port, name, steps, out), nprocs=world, join=False)
             deadline = time.perf_counter() + timeout_s
             while not context.join(timeout=5):
-                if time.perf_counter() > deadline:
-                    for process in context.processes:
-                        process.kill()
+                if os.path.exists(out) or time.perf_counter() > deadline:
                     break
             else:
                 return torch.load(out, weights_only=True)
+            if os.path.exists(out):
+                # Rank 0 has written the figures; a group stuck tearing down gloo (seen: rank 1 gone,
+                # rank 0 waiting in a futex after writing them) is not waited for.
+                with contextlib.suppress(mp.ProcessExitedException, mp.ProcessRaisedException):
+                    context.join(timeout=10)  # a rank's exit after the figures changes nothing
+                _kill(context)
+                return torch.load(out, weights_only=True)
+            _kill(context)
         print(
             f"  {name} on {world} workers: no result within {timeout_s:.0f} s (attempt {attempt})",
             file=sys.stderr,
