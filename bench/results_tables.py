@@ -6,8 +6,8 @@ For every ``bench/results/<name>.txt`` (what ``make bench`` captured from ``benc
 the block between ``<!-- bench:<name> -->`` and ``<!-- /bench:<name> -->`` is replaced with that
 output, the date it was measured (the file's) and the command; a benchmark without a block yet
 gets one at the end of the page. Every benchmark's first line names the commit it ran on and whether
-the tree was clean (``bench/provenance.py``); the line stays in the table, and a table whose output
-has none says so in its heading. Text outside the markers is kept as it is. The page is replaced
+the tree was clean (``bench/provenance.py``); the line moves into the table's stamp, and a table whose output
+has none says so there. Text outside the markers is kept as it is. The page is replaced
 atomically, so a reader never sees half of it.
 
 Any further page (the README) may quote one row of a benchmark's output inline, between
@@ -39,16 +39,20 @@ PROVENANCE = re.compile(
 )
 """The line ``bench/provenance.py`` prints first: the commit a benchmark ran on, and whether the tree was
 clean."""
+STAMP = re.compile(r"^`python bench/[\w-]+\.py`, \d{4}-\d\d-\d\d, commit \w+")
+"""A table's stamp line when it names the commit it ran on."""
 NO_PROVENANCE = "no provenance line: the commit it ran on is unknown"
 
 
 def block(name: str, output: str, when: str) -> str:
-    """One benchmark's table between its markers, with the command and the date it ran."""
+    """One benchmark's table between its markers, stamped with the command, the date it ran and the
+    commit it ran on (its provenance line, moved from the output into the stamp)."""
     lines = [line for line in output.strip().splitlines() if not RAY_LOG_LINE.match(line)]
-    table = "\n".join(lines)
-    unknown = "" if any(PROVENANCE.match(line) for line in lines) else f" ({NO_PROVENANCE})"
+    stamps = [line for line in lines if PROVENANCE.match(line)]
+    table = "\n".join(line for line in lines if not PROVENANCE.match(line))
+    commit = f", {stamps[0]}" if stamps else f" ({NO_PROVENANCE})"
     return (
-        f"<!-- bench:{name} -->\n`python bench/{name}.py`, {when}{unknown}:\n\n```\n{table}\n```\n"
+        f"<!-- bench:{name} -->\n`python bench/{name}.py`, {when}{commit}:\n\n```\n{table}\n```\n"
         f"<!-- /bench:{name} -->"
     )
 

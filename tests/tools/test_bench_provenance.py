@@ -101,7 +101,8 @@ def test_the_tree_state_says_clean_only_when_nothing_but_bench_results_changed(t
 
 def test_a_table_without_a_provenance_line_says_so_in_its_heading():
     named = block("moe", "commit 1a2b3c4, clean tree\nratio 0.31\n", "2026-12-05")
-    assert "`python bench/moe.py`, 2026-12-05:" in named and "commit 1a2b3c4, clean tree\nratio" in named
+    assert "`python bench/moe.py`, 2026-12-05, commit 1a2b3c4, clean tree:" in named
+    assert "```\nratio 0.31\n```" in named  # the line is in the stamp, not the table
     unnamed = block("moe", "ratio 0.31\n", "2026-12-05")
     assert f"`python bench/moe.py`, 2026-12-05 ({NO_PROVENANCE}):" in unnamed
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO
 from pydantic import BaseModel, ConfigDict, Field
 
-from bench.results_tables import PROVENANCE
+from bench.results_tables import STAMP
 from scaleforge.config.reference import render
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -48,8 +48,8 @@ def test_the_readme_is_a_front_page_of_at_most_150_lines():
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
 def test_history_stays_in_the_commits(page):
     # A content digest ("sha256:881d66184cbe...", a corpus fingerprint in a benchmark's output) is no commit,
-    # nor the commit a benchmark's table names as the code it measured (its provenance line).
-    text = "\n".join(line for line in page.read_text().splitlines() if not PROVENANCE.match(line))
+    # nor the commit a benchmark's table names in its stamp as the code it measured.
+    text = "\n".join(line for line in page.read_text().splitlines() if not STAMP.match(line))
     hashes = [
         h
         for h in re.findall(r"(?<!sha256:)\b[0-9a-f]{7,40}\b", text)

@@ -13,7 +13,9 @@ def test_a_block_is_replaced_in_place_and_a_new_one_is_added_at_the_end():
     once = update(page, "moe", "commit 1a2b3c4, clean tree\nratio 0.31", "2026-11-29")
     assert "old" not in once and "ratio 0.31" in once and once.count("<!-- bench:moe -->") == 1
     assert (
-        "how to read" in once and "notes after moe" in once and "`python bench/moe.py`, 2026-11-29:" in once
+        "how to read" in once
+        and "notes after moe" in once
+        and "`python bench/moe.py`, 2026-11-29, commit 1a2b3c4, clean tree:" in once
     )
     twice = update(
         once,
