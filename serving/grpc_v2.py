@@ -14,6 +14,7 @@ rules of the HTTP protocol (:mod:`serving.protocol`); a refusal is the gRPC stat
 HTTP status, with the same message.
 """
 
+import asyncio
 import sys
 from typing import Any, Optional
 
@@ -30,6 +31,7 @@ from serving.protocol import (
     RequestInput,
     RequestOutput,
     check_input,
+    model_metadata,
     parsed_request,
 )
 
@@ -149,3 +151,52 @@ def model_metadata_response(metadata: dict[str, Any]) -> pb.ModelMetadataRespons
         inputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in metadata["inputs"]],
         outputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in metadata["outputs"]],
     )
+
+
+class GrpcV2Methods:
+    """``inference.GRPCInferenceService``'s methods, named after its RPCs, that Serve's gRPC proxy calls on
+    the ingress (``serving.ingress.V2Ingress`` inherits them): the same checks and answers as over HTTP."""
+
+    async def ModelInfer(self, request, grpc_context):  # noqa: N802 - the RPC's name
+        status = "500"
+        try:
+            self._authorize(bearer_token(grpc_context.invocation_metadata()))
+            info = self._info(request.model_name)
+            parsed = parse_model_infer(request, info.input_dim, self.args.limits.max_batch_size)
+            answer = model_infer_response(await self._answer(request.model_name, parsed))
+            status = "200"
+            return answer
+        except ProtocolError as err:
+            status = str(err.status)
+            return refuse(grpc_context, err, pb.ModelInferResponse())
+        finally:
+            name = request.model_name
+            self.metrics.requests.inc(
+                tags={"model": name if name in self.infos else "unknown", "status": status}
+            )
+
+    async def ModelMetadata(self, request, grpc_context):  # noqa: N802
+        try:
+            self._authorize(bearer_token(grpc_context.invocation_metadata()))
+            info = self._info(request.name)
+        except ProtocolError as err:
+            return refuse(grpc_context, err, pb.ModelMetadataResponse())
+        return model_metadata_response(model_metadata(request.name, info))
+
+    async def ModelReady(self, request, grpc_context):  # noqa: N802
+        try:
+            self._authorize(bearer_token(grpc_context.invocation_metadata()))
+            self._info(request.name)
+        except ProtocolError as err:
+            return refuse(grpc_context, err, pb.ModelReadyResponse())
+        return pb.ModelReadyResponse(ready=await self._models_ready(request.name))
+
+    def ServerLive(self, request):  # noqa: N802
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request):  # noqa: N802
+        ready = all(await asyncio.gather(*(self._deployment_ready(h) for h in self.handles.values())))
+        return pb.ServerReadyResponse(ready=ready)
+
+    def ServerMetadata(self, request):  # noqa: N802
+        return pb.ServerMetadataResponse(**self.server_metadata())

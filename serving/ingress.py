@@ -27,7 +27,7 @@ from ray.serve.handle import DeploymentHandle
 import scaleforge
 from scaleforge.config.serve import AuthSpec, ServeArgs
 from scaleforge.serving_contract import ModelInfo, ProtocolError, logits_tensor, predict
-from serving import binary, grpc_v2
+from serving import binary, grpc_v2, openai
 from serving.metrics import RoutingMetrics
 from serving.models import CoalescingClient, InIngressModel
 from serving.protocol import (
@@ -135,7 +135,7 @@ async def _protocol_error(request: Request, err: ProtocolError) -> JSONResponse:
 
 @serve.deployment
 @serve.ingress(app)
-class V2Ingress:
+class V2Ingress(grpc_v2.GrpcV2Methods):
     """Validates requests, checks the token, and hands each to its model or router."""
 
     async def __init__(
@@ -155,6 +155,7 @@ class V2Ingress:
         self.answers: dict[str, Answers] = {m.name: PlainModel(clients[m.name]) for m in args.models}
         models = ServedModels(handles, clients, infos)
         self.answers |= {r.name: build_router(r, models, metrics) for r in args.routers}
+        self.generators = {name: a for name, a in self.answers.items() if isinstance(a, openai.Generates)}
         _document_served_names(sorted(infos))
         await self._first_calls()
 
@@ -254,51 +255,49 @@ class V2Ingress:
             ) from None
         return infer_response(name, parsed.id, outputs, parsed.outputs, summary)
 
-    # --- gRPC: inference.GRPCInferenceService, the methods Serve's gRPC proxy calls by RPC name ---------
-
-    async def ModelInfer(self, request, grpc_context):  # noqa: N802 - the RPC's name
-        status = "500"
+    @app.get("/v1/models")
+    def openai_models(self, request: Request) -> Response:
+        """The generators, as OpenAI's ``GET /v1/models`` lists models."""
         try:
-            self._authorize(grpc_v2.bearer_token(grpc_context.invocation_metadata()))
-            info = self._info(request.model_name)
-            parsed = grpc_v2.parse_model_infer(request, info.input_dim, self.args.limits.max_batch_size)
-            answer = grpc_v2.model_infer_response(await self._answer(request.model_name, parsed))
+            self._authorize(request.headers.get("authorization"))
+        except ProtocolError as err:
+            return openai.OpenAIError(err.status, err.message).response()
+        return JSONResponse(openai.list_models(sorted(self.generators)))
+
+    @app.get("/v1/models/{name}")
+    def openai_model(self, name: str, request: Request) -> Response:
+        """One generator, with what its engine is doing (running and waiting sequences, batch sizes)."""
+        try:
+            self._authorize(request.headers.get("authorization"))
+            generator = self._generator(name)
+        except (ProtocolError, openai.OpenAIError) as err:
+            return openai.as_openai_error(err).response()
+        return JSONResponse(openai.describe(name, generator.engine))
+
+    @app.post("/v1/completions")
+    async def completions(self, request: Request) -> Response:
+        """OpenAI's completions: text from a generator, whole or streamed as server-sent events."""
+        name = "unknown"
+        try:
+            self._authorize(request.headers.get("authorization"))
+            body = openai.parse_completion(await _read_body(request, self.args.limits.max_body_bytes))
+            generator = self._generator(body.model)
+            name = body.model
+            response = await openai.Completion(name, generator, body, self.metrics).response()
             status = "200"
-            return answer
-        except ProtocolError as err:
+        except (ProtocolError, openai.OpenAIError) as err:
+            response = openai.as_openai_error(err).response()
             status = str(err.status)
-            return grpc_v2.refuse(grpc_context, err, grpc_v2.pb.ModelInferResponse())
-        finally:
-            name = request.model_name
-            self.metrics.requests.inc(
-                tags={"model": name if name in self.infos else "unknown", "status": status}
+        self.metrics.requests.inc(tags={"model": name, "status": status})
+        return response
+
+    def _generator(self, name: str) -> "openai.Generates":
+        if name not in self.generators:
+            served = ", ".join(sorted(self.generators)) or "none"
+            raise openai.OpenAIError(
+                404, f"model '{name}' is not a generator here; served: {served}", "model", "model_not_found"
             )
-
-    async def ModelMetadata(self, request, grpc_context):  # noqa: N802
-        try:
-            self._authorize(grpc_v2.bearer_token(grpc_context.invocation_metadata()))
-            info = self._info(request.name)
-        except ProtocolError as err:
-            return grpc_v2.refuse(grpc_context, err, grpc_v2.pb.ModelMetadataResponse())
-        return grpc_v2.model_metadata_response(model_metadata(request.name, info))
-
-    async def ModelReady(self, request, grpc_context):  # noqa: N802
-        try:
-            self._authorize(grpc_v2.bearer_token(grpc_context.invocation_metadata()))
-            self._info(request.name)
-        except ProtocolError as err:
-            return grpc_v2.refuse(grpc_context, err, grpc_v2.pb.ModelReadyResponse())
-        return grpc_v2.pb.ModelReadyResponse(ready=await self._models_ready(request.name))
-
-    def ServerLive(self, request):  # noqa: N802
-        return grpc_v2.pb.ServerLiveResponse(live=True)
-
-    async def ServerReady(self, request):  # noqa: N802
-        ready = all(await asyncio.gather(*(self._deployment_ready(h) for h in self.handles.values())))
-        return grpc_v2.pb.ServerReadyResponse(ready=ready)
-
-    def ServerMetadata(self, request):  # noqa: N802
-        return grpc_v2.pb.ServerMetadataResponse(**self.server_metadata())
+        return self.generators[name]
 
     def _info(self, name: str) -> ModelInfo:
         if name not in self.infos:

@@ -46,6 +46,30 @@ class RoutingMetrics:
             tag_keys=("model", "expert"),
         )
 
+        self.generated_tokens = metrics.Counter(
+            "scaleforge_generated_tokens", "Tokens a generator produced.", tag_keys=("model",)
+        )
+        self.time_to_first_token = metrics.Histogram(
+            "scaleforge_time_to_first_token_ms",
+            "From a completion request's arrival to its first new token.",
+            boundaries=_LATENCY_MS,
+            tag_keys=("model",),
+        )
+        self.inter_token_latency = metrics.Histogram(
+            "scaleforge_inter_token_latency_ms",
+            "Time per new token after the first (a run of accepted drafts shares its interval).",
+            boundaries=_LATENCY_MS,
+            tag_keys=("model",),
+        )
+        self.running_sequences = metrics.Gauge(
+            "scaleforge_running_sequences",
+            "Sequences a generator decodes in this replica.",
+            tag_keys=("model",),
+        )
+        self.waiting_sequences = metrics.Gauge(
+            "scaleforge_waiting_sequences", "Requests waiting for a generator's slot.", tag_keys=("model",)
+        )
+
     @staticmethod
     def add(counter: metrics.Counter, amount: int, **tags: str) -> None:
         """Count ``amount`` (Ray counters refuse increments of zero)."""

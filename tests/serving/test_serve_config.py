@@ -68,9 +68,9 @@ def _args(**changes):
         ),
         ({"auth": {"token_env": "A", "token_file": "b"}}, "give token_env or token_file, not both"),
         (
-            {"routers": [{"kind": "generator", "name": "g"}]},
-            "Input tag 'generator' found using 'kind' does not match any of the expected tags: "
-            "'cascade', 'moe'",
+            {"routers": [{"kind": "translator", "name": "g"}]},
+            "Input tag 'translator' found using 'kind' does not match any of the expected tags: "
+            "'cascade', 'moe', 'early_exit', 'generator'",
         ),
     ],
 )

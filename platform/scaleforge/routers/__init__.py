@@ -13,12 +13,14 @@ from pydantic import Field
 from scaleforge.routers.base import NAME_PATTERN, RouterEntry, TensorSpec
 from scaleforge.routers.cascade import CascadeEntry, CascadeStageEntry
 from scaleforge.routers.early_exit import EarlyExitEntry
+from scaleforge.routers.generator import GeneratorEntry
 from scaleforge.routers.moe import MoEEntry
 
 ROUTER_ENTRIES: tuple[type[RouterEntry], ...] = (
     CascadeEntry,
     MoEEntry,
     EarlyExitEntry,
+    GeneratorEntry,
 )
 """Every router kind's entry class."""
 
@@ -43,6 +45,7 @@ __all__ = [
     "CascadeEntry",
     "CascadeStageEntry",
     "EarlyExitEntry",
+    "GeneratorEntry",
     "MoEEntry",
     "NAME_PATTERN",
     "request_parameters",

@@ -24,9 +24,20 @@ class ByteTokenizer:
     def decode(self, tokens) -> str:
         return bytes(np.asarray(tokens, dtype=np.uint8)).decode("utf-8", errors="replace")
 
+    def to_bytes(self, tokens) -> bytes:
+        """The bytes that ``tokens`` stand for (text decoded incrementally keeps characters whole)."""
+        return bytes(tokens)
+
     def to_json(self) -> dict:
         """What an artifact's manifest records to rebuild the tokenizer (JSON, no pickle)."""
         return {"type": "bytes", "vocab_size": self.vocab_size}
+
+
+def tokenizer_from_json(recorded: dict) -> ByteTokenizer:
+    """The tokenizer a manifest records (its ``tokenizer``); ValueError for a kind this build lacks."""
+    if recorded.get("type") != "bytes":
+        raise ValueError(f"tokenizer {recorded!r}: this build reads only byte tokenizers ('type': 'bytes')")
+    return ByteTokenizer()
 
 
 COMPRESSORS = {
