@@ -4,7 +4,7 @@ and ``jobs.calibrate`` share) and :class:`CalibrateConfig` (``jobs.calibrate``, 
 
 from typing import Optional
 
-from pydantic import Field, NonNegativeFloat
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt, model_validator
 
 from scaleforge.config.data import DataSpec
 from scaleforge.config.schema import _Section
@@ -31,6 +31,19 @@ class CalibrationSpec(_Section):
         return None if self.target_escalation is not None else self.max_accuracy_loss
 
 
+class DraftSearchSpec(_Section):
+    """How a generator's ``draft_tokens`` is chosen: each candidate timed on held-out prompts, greedy."""
+
+    candidates: list[NonNegativeInt] = Field(default_factory=lambda: [0, 1, 2, 3, 4, 6, 8], min_length=1)
+    """Draft lengths to time (0: the model alone)."""
+    prompts: PositiveInt = 8
+    """Held-out prompts, from the validation files of the standard library's sources."""
+    prompt_bytes: PositiveInt = 32
+    new_tokens: PositiveInt = 128
+    clients: PositiveInt = 1
+    """Requests decoded at a time (1: the latency a single user sees, where drafting pays most)."""
+
+
 class CalibrateConfig(CalibrationSpec):
     """``python -m jobs.calibrate``: fit a cascade's thresholds on validation data, write them into the
     serve config. The main job's calibrate stage reads the same file and uses only the
@@ -44,3 +57,13 @@ class CalibrateConfig(CalibrationSpec):
     """Cascade in that app (default: its first)."""
     output: Optional[str] = None
     """Write the calibrated config here instead of over ``serve_config``."""
+    generator: Optional[str] = None
+    """Calibrate this generator's ``draft_tokens`` (in that app) instead of a cascade's thresholds."""
+    draft: DraftSearchSpec = Field(default_factory=DraftSearchSpec)
+    """How ``generator``'s draft length is searched."""
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "CalibrateConfig":
+        if self.generator and self.cascade:
+            raise ValueError("give cascade or generator, not both: a run calibrates one router")
+        return self
