@@ -12,9 +12,13 @@ smaller with bits per byte within 0.05 of fp32, for the teacher and the student;
 student at least 4x smaller than the teacher and better (fewer bits per byte) than the hard-label
 one. The slim artifact is also loaded through serving's loader and scored on the validation text,
 which must reproduce the reported bits per byte. Exit status 1 if a bar was missed.
+
+The teacher and the compression output are kept in bench/generate.py's cache
+(``~/.cache/scaleforge/generate-bench``), which serves them next (``make bench`` runs it after this).
 """
 
 import json
+import shutil
 import sys
 import tempfile
 from contextlib import redirect_stdout
@@ -57,6 +61,7 @@ def main() -> int:
         report = json.loads((tmp / "out" / "report.json").read_text())
         torch.set_num_threads(cfg.measure.threads)
         served = load_in_memory(cfg.data).score(load_servable(tmp / "out" / "model").module)
+        keep_for_generate(tmp / "lm_small", tmp / "out")
     print(
         f"teacher (train_lm_small.yaml) {teacher.num_parameters:,} parameters, validation bits/byte "
         f"{teacher.metrics['bits_per_byte']:.3f} after {teacher.wall_s:.0f} s; "
@@ -64,6 +69,17 @@ def main() -> int:
         f"bits/byte on {cfg.data.max_validation_bytes or 'all'} bytes of validation text"
     )
     return print_bars(bars(report, served), "must show")
+
+
+def keep_for_generate(teacher: Path, compressed: Path) -> None:
+    """Both into bench/generate.py's cache, each replacing what was there (moved in whole)."""
+    from generate_parts.setup import CACHE, STUDENT, TEACHER
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    for source, name in ((teacher, TEACHER), (compressed, STUDENT.split("/")[0])):
+        shutil.rmtree(CACHE / name, ignore_errors=True)
+        shutil.copytree(source, CACHE / f".{name}.partial", dirs_exist_ok=True)
+        (CACHE / f".{name}.partial").rename(CACHE / name)
 
 
 def bars(report: dict, served_bits: float) -> list[tuple[str, str, str, bool]]:

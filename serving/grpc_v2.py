@@ -31,9 +31,9 @@ from serving.protocol import (
     RequestInput,
     RequestOutput,
     check_input,
-    model_metadata,
     parsed_request,
 )
+from serving.responses import model_metadata
 
 SERVICER = "serving.grpc_v2.add_servicer_to_server"
 """The import path that Serve's ``grpc_options.grpc_servicer_functions`` takes for this service (the
@@ -130,7 +130,7 @@ def _parameter(value: Any) -> pb.InferParameter:
 
 
 def model_infer_response(response: dict[str, Any]) -> pb.ModelInferResponse:
-    """The infer response (as :func:`serving.protocol.infer_response` builds it) with raw output bytes."""
+    """The infer response (as :func:`serving.responses.infer_response` builds it) with raw output bytes."""
     answer = pb.ModelInferResponse(
         model_name=response["model_name"], model_version=response["model_version"], id=response.get("id", "")
     )

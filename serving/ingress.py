@@ -10,14 +10,11 @@ below), refused with the matching gRPC status and the same message.
 """
 
 import asyncio
-import hmac
-import os
 import time
-from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from ray import serve
 from ray.exceptions import RayActorError
@@ -25,21 +22,13 @@ from ray.serve.exceptions import BackPressureError, ReplicaUnavailableError
 from ray.serve.handle import DeploymentHandle
 
 import scaleforge
-from scaleforge.config.serve import AuthSpec, ServeArgs
+from scaleforge.config.serve import ServeArgs
 from scaleforge.serving_contract import ModelInfo, ProtocolError, logits_tensor, predict
-from serving import binary, grpc_v2, openai
+from serving import binary, grpc_v2, http, openai
 from serving.metrics import RoutingMetrics
 from serving.models import CoalescingClient, InIngressModel
-from serving.protocol import (
-    SERVER_TIMING,
-    InferRequest,
-    ParsedRequest,
-    infer_response,
-    model_metadata,
-    parse_infer_request,
-    render,
-    server_timing,
-)
+from serving.protocol import ParsedRequest, parse_infer_request
+from serving.responses import SERVER_TIMING, infer_response, model_metadata, render, server_timing
 from serving.routers import Answers, ServedModels, build_router
 
 
@@ -56,85 +45,8 @@ class PlainModel:
         return {"class": probs.argmax(axis=1).astype(np.int64), "probabilities": probs}, {}
 
 
-# Helpers come before the deployment class: Serve serialises the class when it is decorated,
-# capturing only the module globals that exist at that point.
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refusing (413) anything over ``limit`` bytes before reading it all."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ProtocolError(
-            413, f"request body of {int(declared):,} bytes exceeds the limit of {limit:,} bytes"
-        )
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ProtocolError(413, f"request body exceeds the limit of {limit:,} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _read_token(auth: AuthSpec) -> Optional[str]:
-    """The expected bearer token, from the replica's environment or a file (None: auth off)."""
-    if auth.token_env:
-        token = os.environ.get(auth.token_env)
-        if not token:
-            raise RuntimeError(
-                f"auth.token_env: environment variable {auth.token_env} is not set in the replica "
-                "(set it in the app's runtime_env.env_vars)"
-            )
-        return token
-    if auth.token_file:
-        path = Path(auth.token_file).expanduser()
-        if not path.is_file():
-            raise RuntimeError(f"auth.token_file: {path} does not exist")
-        token = path.read_text().strip()
-        if not token:
-            raise RuntimeError(f"auth.token_file: {path} is empty")
-        return token
-    return None
-
-
-app = FastAPI(
-    title="scaleforge inference",
-    version=scaleforge.__version__,
-    description="Open Inference Protocol (KServe V2) over HTTP: plain models and routers over them.",
-)
-
-
-# The infer route reads the raw body (to enforce the size limit before parsing), so its request
-# schema is declared by hand; the tensor models it refers to go into the OpenAPI components.
-_INFER_SCHEMA = InferRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-_INFER_DEFS = _INFER_SCHEMA.pop("$defs")
-
-
-def _openapi_with_tensor_schemas() -> dict:
-    if app.openapi_schema is None:
-        FastAPI.openapi(app).setdefault("components", {}).setdefault("schemas", {}).update(_INFER_DEFS)
-    return app.openapi_schema
-
-
-app.openapi = _openapi_with_tensor_schemas
-
-
-def _document_served_names(names: list[str]) -> None:
-    """List this app's served names in the OpenAPI ``{name}`` parameter (clients and fuzzers see what
-    exists)."""
-    for operations in app.openapi()["paths"].values():
-        for operation in operations.values():
-            for parameter in operation.get("parameters", []):
-                if parameter["in"] == "path" and parameter["name"] == "name":
-                    parameter["schema"]["enum"] = names
-
-
-@app.exception_handler(ProtocolError)
-async def _protocol_error(request: Request, err: ProtocolError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
-    return JSONResponse({"error": err.message}, status_code=err.status, headers=headers)
-
-
 @serve.deployment
-@serve.ingress(app)
+@serve.ingress(http.app)
 class V2Ingress(grpc_v2.GrpcV2Methods):
     """Validates requests, checks the token, and hands each to its model or router."""
 
@@ -142,7 +54,7 @@ class V2Ingress(grpc_v2.GrpcV2Methods):
         self, args: ServeArgs, handles: dict[str, DeploymentHandle], infos: dict[str, ModelInfo]
     ):
         self.args, self.infos = args, infos
-        self.token = _read_token(args.auth)
+        self.token = http.read_token(args.auth)
         self.handles = handles
         metrics = RoutingMetrics()
         self.metrics = metrics
@@ -155,8 +67,8 @@ class V2Ingress(grpc_v2.GrpcV2Methods):
         self.answers: dict[str, Answers] = {m.name: PlainModel(clients[m.name]) for m in args.models}
         models = ServedModels(handles, clients, infos)
         self.answers |= {r.name: build_router(r, models, metrics) for r in args.routers}
-        self.generators = {name: a for name, a in self.answers.items() if isinstance(a, openai.Generates)}
-        _document_served_names(sorted(infos))
+        self.completers = {name: a for name, a in self.answers.items() if isinstance(a, openai.CompletesText)}
+        http.document_served_names(sorted(infos))
         await self._first_calls()
 
     async def _first_calls(self) -> None:
@@ -175,26 +87,26 @@ class V2Ingress(grpc_v2.GrpcV2Methods):
             )
         )
 
-    @app.get("/v2")
+    @http.app.get("/v2")
     def server_metadata(self) -> dict:
         return {"name": "scaleforge", "version": scaleforge.__version__, "extensions": []}
 
-    @app.get("/v2/health/live")
+    @http.app.get("/v2/health/live")
     def live(self) -> dict:
         return {"live": True}
 
-    @app.get("/v2/health/ready")
+    @http.app.get("/v2/health/ready")
     async def ready(self) -> JSONResponse:
         ready = all(await asyncio.gather(*(self._deployment_ready(h) for h in self.handles.values())))
         return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
 
-    @app.get("/v2/models/{name}")
+    @http.app.get("/v2/models/{name}")
     def metadata(self, name: str, request: Request) -> dict:
         self._authorize(request.headers.get("authorization"))
         info = self._info(name)
         return model_metadata(name, info)
 
-    @app.get("/v2/models/{name}/ready")
+    @http.app.get("/v2/models/{name}/ready")
     async def model_ready(self, name: str, request: Request) -> JSONResponse:
         self._authorize(request.headers.get("authorization"))
         self._info(name)
@@ -208,10 +120,10 @@ class V2Ingress(grpc_v2.GrpcV2Methods):
             )
         )  # the others run in this replica
 
-    @app.post(
+    @http.app.post(
         "/v2/models/{name}/infer",
         openapi_extra={
-            "requestBody": {"required": True, "content": {"application/json": {"schema": _INFER_SCHEMA}}}
+            "requestBody": {"required": True, "content": {"application/json": {"schema": http.INFER_SCHEMA}}}
         },
     )
     async def infer(self, name: str, request: Request) -> Response:
@@ -232,7 +144,7 @@ class V2Ingress(grpc_v2.GrpcV2Methods):
         began = time.perf_counter()
         self._authorize(request.headers.get("authorization"))
         info = self._info(name)
-        body = await _read_body(request, self.args.limits.max_body_bytes)
+        body = await http.read_body(request, self.args.limits.max_body_bytes)
         parsed = parse_infer_request(
             body, info.input_dim, self.args.limits.max_batch_size, request.headers.get(binary.HEADER)
         )
@@ -255,35 +167,43 @@ class V2Ingress(grpc_v2.GrpcV2Methods):
             ) from None
         return infer_response(name, parsed.id, outputs, parsed.outputs, summary)
 
-    @app.get("/v1/models")
+    @http.app.get("/v1/models")
     def openai_models(self, request: Request) -> Response:
-        """The generators, as OpenAI's ``GET /v1/models`` lists models."""
+        """The served names that complete text (OpenAI's ``GET /v1/models``)."""
         try:
             self._authorize(request.headers.get("authorization"))
         except ProtocolError as err:
             return openai.OpenAIError(err.status, err.message).response()
-        return JSONResponse(openai.list_models(sorted(self.generators)))
+        return JSONResponse(openai.list_models(sorted(self.completers)))
 
-    @app.get("/v1/models/{name}")
+    @http.app.get("/v1/models/{name}")
     def openai_model(self, name: str, request: Request) -> Response:
-        """One generator, with what its engine is doing (running and waiting sequences, batch sizes)."""
+        """One completer, with what its engine is doing (running and waiting sequences, batch sizes)."""
         try:
             self._authorize(request.headers.get("authorization"))
-            generator = self._generator(name)
+            completer = self._completer(name)
         except (ProtocolError, openai.OpenAIError) as err:
             return openai.as_openai_error(err).response()
-        return JSONResponse(openai.describe(name, generator.engine))
+        return JSONResponse(openai.describe(name, completer.engine))
 
-    @app.post("/v1/completions")
+    @http.app.post(
+        "/v1/completions",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": http.COMPLETION_SCHEMA}},
+            }
+        },
+    )
     async def completions(self, request: Request) -> Response:
-        """OpenAI's completions: text from a generator, whole or streamed as server-sent events."""
+        """OpenAI's completions: text from a completer, whole or streamed as server-sent events."""
         name = "unknown"
         try:
             self._authorize(request.headers.get("authorization"))
-            body = openai.parse_completion(await _read_body(request, self.args.limits.max_body_bytes))
-            generator = self._generator(body.model)
+            body = openai.parse_completion(await http.read_body(request, self.args.limits.max_body_bytes))
+            completer = self._completer(body.model)
             name = body.model
-            response = await openai.Completion(name, generator, body, self.metrics).response()
+            response = await openai.Completion(name, completer, body, self.metrics).response()
             status = "200"
         except (ProtocolError, openai.OpenAIError) as err:
             response = openai.as_openai_error(err).response()
@@ -291,13 +211,13 @@ class V2Ingress(grpc_v2.GrpcV2Methods):
         self.metrics.requests.inc(tags={"model": name, "status": status})
         return response
 
-    def _generator(self, name: str) -> "openai.Generates":
-        if name not in self.generators:
-            served = ", ".join(sorted(self.generators)) or "none"
+    def _completer(self, name: str) -> "openai.CompletesText":
+        if name not in self.completers:
+            served = ", ".join(sorted(self.completers)) or "none"
             raise openai.OpenAIError(
-                404, f"model '{name}' is not a generator here; served: {served}", "model", "model_not_found"
+                404, f"model '{name}' is not a completer here; served: {served}", "model", "model_not_found"
             )
-        return self.generators[name]
+        return self.completers[name]
 
     def _info(self, name: str) -> ModelInfo:
         if name not in self.infos:
@@ -310,13 +230,7 @@ class V2Ingress(grpc_v2.GrpcV2Methods):
 
     def _authorize(self, authorization: Optional[str]) -> None:
         """``authorization``: the request's ``Authorization`` header (gRPC: its call metadata)."""
-        if self.token is None:
-            return
-        scheme, _, supplied = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not supplied:
-            raise ProtocolError(401, "missing bearer token (send 'Authorization: Bearer <token>')")
-        if not hmac.compare_digest(supplied.strip().encode(), self.token.encode()):
-            raise ProtocolError(401, "invalid bearer token")
+        http.authorize(self.token, authorization)
 
     @staticmethod
     async def _deployment_ready(handle: DeploymentHandle) -> bool:

@@ -24,8 +24,9 @@ from scaleforge.serving_contract import ProtocolError
 
 
 @runtime_checkable
-class Generates(Protocol):
-    """A served name that generates text (a generator router): its engine, tokenizer and entry (limits)."""
+class CompletesText(Protocol):
+    """A served name that completes text (the ``generator`` router kind): its engine, tokenizer and entry
+    (its limits). The ingress serves OpenAI's routes for every name that has these."""
 
     engine: Engine
     tokenizer: Any

@@ -11,7 +11,8 @@ from scaleforge.artifacts.servable import load_servable
 from scaleforge.config.serve import ModelEntry
 from scaleforge.serving_contract import ProtocolError, split_like
 from serving.binary import HEADER
-from serving.protocol import infer_response, parse_infer_request, render
+from serving.protocol import parse_infer_request
+from serving.responses import infer_response, render
 
 THREADS = ModelEntry.model_fields["threads"].default
 MAX_BATCH_SIZE = ModelEntry.model_fields["max_batch_size"].default

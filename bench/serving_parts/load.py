@@ -9,7 +9,7 @@ import numpy as np
 
 from scaleforge.pipeline.load import Request, closed_loop, infer_request
 from serving.binary import HEADER
-from serving.protocol import SERVER_TIMING, parse_server_timing
+from serving.responses import SERVER_TIMING, parse_server_timing
 from serving_parts.common import BATCH
 
 CLOSE = {"connection": "close"}

@@ -18,20 +18,28 @@ def plain_server(paths: dict[str, str], threshold: float, workers: int, merged: 
     """bench/peers/plain_cascade.py under uvicorn (``workers`` workers) on a free port, serving
     the student, the teacher and the cascade at ``threshold``, merging at most ``merged[model]`` calls
     of a model into one pass: yields its base URL."""
-    port = free_port()
     env = {
-        **os.environ,
         "PLAIN_STUDENT": paths["student"],
         "PLAIN_TEACHER": paths["teacher"],
         "PLAIN_THRESHOLD": repr(threshold),
         "PLAIN_STUDENT_MERGED": str(merged["student"]),
         "PLAIN_TEACHER_MERGED": str(merged["teacher"]),
     }
+    with uvicorn_server("plain_cascade:app", env, workers, "/v2/health/ready") as base:
+        yield base
+
+
+@contextlib.contextmanager
+def uvicorn_server(app: str, env: dict[str, str], workers: int, ready_path: str):
+    """``app`` (``module:attribute`` in bench/peers) under uvicorn with ``workers`` workers on a free port
+    of 127.0.0.1, ``env`` added to the environment; yields its base URL once every worker answers
+    ``ready_path`` (with its ``pid``), and stops it on leaving."""
+    port = free_port()
     command = [
         sys.executable,
         "-m",
         "uvicorn",
-        "plain_cascade:app",
+        app,
         "--app-dir",
         str(REPO / "bench" / "peers"),
         "--host",
@@ -44,10 +52,12 @@ def plain_server(paths: dict[str, str], threshold: float, workers: int, merged: 
         "warning",
         "--no-access-log",
     ]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        command, env={**os.environ, **env}, stdout=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         base = f"http://127.0.0.1:{port}"
-        _wait_ready(f"{base}/v2/health/ready", process, workers)
+        _wait_ready(f"{base}{ready_path}", process, workers)
         yield base
     finally:
         process.terminate()  # uvicorn's supervisor stops its workers

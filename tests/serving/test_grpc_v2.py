@@ -10,7 +10,7 @@ from tritonclient.grpc import service_pb2 as pb
 from scaleforge.config.serve import GrpcOptions
 from scaleforge.serving_contract import ProtocolError
 from serving import grpc_v2
-from serving.protocol import infer_response
+from serving.responses import infer_response
 
 
 def _request(rows: np.ndarray, *, raw: bool = True, **parameters) -> pb.ModelInferRequest:

@@ -31,7 +31,15 @@ KIND_FREE = sorted(
     [
         *(
             REPO / "serving" / name
-            for name in ("app.py", "ingress.py", "protocol.py", "grpc_v2.py", "models.py")
+            for name in (
+                "app.py",
+                "ingress.py",
+                "http.py",
+                "protocol.py",
+                "responses.py",
+                "grpc_v2.py",
+                "models.py",
+            )
         ),
         REPO / "serving" / "routers" / "__init__.py",
         REPO / "platform" / "scaleforge" / "config" / "serve.py",
@@ -74,7 +82,7 @@ def _kind_mentions(source: str, words: set[str], modules: set[str]) -> list[str]
 
 
 def test_the_config_union_and_the_runtime_routers_come_from_the_registry():
-    assert router_kinds() == ["cascade", "moe", "early_exit"]
+    assert router_kinds() == ["cascade", "moe", "early_exit", "generator"]
     assert get_args(get_args(RouterEntries)[0]) == ROUTER_ENTRIES
     assert ServeArgs.model_fields["routers"].annotation == list[RouterEntries]
     protocol = list(inspect.signature(Router.__init__).parameters)

@@ -27,7 +27,7 @@ from scaleforge.artifacts import load_artifact
 from scaleforge.artifacts.servable import load_servable
 from scaleforge.routing import calibrate_thresholds
 from serving.app import build_app
-from serving.protocol import SERVER_TIMING, parse_server_timing
+from serving.responses import SERVER_TIMING, parse_server_timing
 
 # Trains three small models and deploys nine replicas before the first test (about a minute idle).
 pytestmark = pytest.mark.slow
@@ -523,7 +523,7 @@ def test_schemathesis_finds_no_server_errors(server, tmp_path):
     )  # its cache folder stays out of the repo
     print(run.stdout[-1200:])
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    assert "Tested: 6" in run.stdout
+    assert "Tested: 9" in run.stdout  # the V2 routes and OpenAI's three
 
 
 def test_moe_top_k_per_request_matches_the_whole_model(server, data):

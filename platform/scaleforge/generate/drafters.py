@@ -88,13 +88,16 @@ class ModelDrafter:
         while active:
             logits = extend(self.model, self.cache, [slots[i] for i in active], [rows[i] for i in active])
             for i, row_logits in zip(active, logits):
-                q = samplings[i].distribution(row_logits[-1])
-                drafted[i].append(samplings[i].draw(q))
-                probs[i].append(q)
+                if samplings[i].greedy:  # the check compares tokens only: no distribution needed
+                    drafted[i].append(int(row_logits[-1].argmax()))
+                else:
+                    q = samplings[i].distribution(row_logits[-1])
+                    drafted[i].append(samplings[i].draw(q))
+                    probs[i].append(q)
                 rows[i] = drafted[i][-1:]
             # The k-th token is drafted but never fed: the target checks it.
             active = [i for i in active if len(drafted[i]) < ks[i]]
-        return [(d, torch.stack(p)) for d, p in zip(drafted, probs)]
+        return [(d, torch.stack(p) if p else None) for d, p in zip(drafted, probs)]
 
     def keep(self, slot: int, length: int) -> None:
         self.cache.lengths[slot] = min(int(self.cache.lengths[slot]), length)

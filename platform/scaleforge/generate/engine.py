@@ -15,7 +15,6 @@ context), so speculative greedy decoding gives the target's own tokens at every 
 """
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Optional
 
@@ -80,7 +79,6 @@ class Engine:
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
         self.stats = EngineStats()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
         self._wake = asyncio.Event()
         self._loop_task: Optional[asyncio.Task] = None
 
@@ -130,10 +128,13 @@ class Engine:
                 await self._wake.wait()
                 continue
             rows = [Row(s.slot, s.tokens[s.offset :], s.sampling, s.draft_tokens) for s in self.running]
-            emitted = await asyncio.get_running_loop().run_in_executor(self._pool, self._iterate, rows)
+            # On the event loop, as a plain server's forward pass: a thread of its own measured about 1 ms
+            # of hand-over per iteration, as much as a decode step of train_lm_small.yaml's model.
+            emitted = self._iterate(rows)
             for sequence, tokens in zip(list(self.running), emitted):
                 self._deliver(sequence, tokens)
             self._retire()
+            await asyncio.sleep(0)  # requests that arrived meanwhile are read and submitted
 
     def _iterate(self, rows: list[Row]) -> list[list[int]]:
         self.stats.iterations += 1
@@ -179,4 +180,3 @@ class Engine:
     def shutdown(self) -> None:
         if self._loop_task is not None:
             self._loop_task.cancel()
-        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -14,6 +14,7 @@ tokens (``tests/generate/test_kv.py`` compares them).
 """
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -80,44 +81,81 @@ def extend(model: nn.Module, cache: KVCache, slots: list[int], rows: list[list[i
         tokens[i, : len(row)] = torch.as_tensor(row)
     positions = (starts[:, None] + torch.arange(width)).clamp(max=context_of(model) - 1)
     h = model.embed(tokens) + model.position[0, positions]
-    index = torch.as_tensor(slots)
-    seen = int((starts + counts).max())
-    # Query i of row b sees the keys at positions 0 .. starts[b] + i of its slot.
-    mask = (torch.arange(seen)[None, None, :] <= positions[:, :, None])[:, None]
-    real = torch.arange(width)[None, :] < counts[:, None]
-    where = (index[:, None].expand(-1, width)[real], positions[real])
+    where = _Where.of(slots, starts, counts, positions)
     for layer_keys, layer_values, layer in zip(cache.keys, cache.values, model.layers.values()):
-        h = h + _attend(layer, layer.norm1(h), (layer_keys, layer_values), index, where, real, mask, seen)
+        h = h + _attend(layer, layer.norm1(h), layer_keys, layer_values, where)
         h = h + layer._feed_forward(layer.norm2(h))
     h = model.norm(h)
     logits = model.head(h) if model.head is not None else F.linear(h, model.embed.weight)
-    cache.lengths[index] = starts + counts
+    cache.lengths[slots] = starts + counts
     return [logits[i, : len(row)] for i, row in enumerate(rows)]
 
 
+@dataclass(frozen=True)
+class _Where:
+    """Where one call's new keys and values go in a layer's cache, what its queries read, and the mask.
+
+    One row (a single request decoding, the latency path) uses slices of its slot: no gather, and no
+    mask for one token. Several rows index their slots, padded rows write only their real tokens."""
+
+    slot: Optional[int]
+    start: int
+    count: int
+    index: torch.Tensor
+    written: tuple[torch.Tensor, torch.Tensor]
+    real: Optional[torch.Tensor]
+    mask: Optional[torch.Tensor]
+    seen: int
+
+    @classmethod
+    def of(
+        cls, slots: list[int], starts: torch.Tensor, counts: torch.Tensor, positions: torch.Tensor
+    ) -> "_Where":
+        seen, width = int((starts + counts).max()), int(counts.max())
+        # Query i of row b sees the keys at positions 0 .. starts[b] + i of its slot.
+        mask = (torch.arange(seen)[None, None, :] <= positions[:, :, None])[:, None]
+        if len(slots) == 1:
+            start, count = int(starts[0]), int(counts[0])
+            return cls(slots[0], start, count, torch.empty(0), (), None, None if count == 1 else mask, seen)
+        index = torch.as_tensor(slots)
+        # The real tokens among the padded rows (None: no row is padded, every token is real).
+        real = torch.arange(width)[None, :] < counts[:, None] if bool((counts < width).any()) else None
+        slots_of = index[:, None].expand(-1, width)
+        written = (
+            (slots_of[real], positions[real])
+            if real is not None
+            else (slots_of.flatten(), positions.flatten())
+        )
+        return cls(None, 0, 0, index, written, real, mask, seen)
+
+    def write(self, layer: torch.Tensor, new: torch.Tensor) -> None:
+        """``new``, ``[rows, tokens, heads, head_dim]``, into its place in ``layer``."""
+        if self.slot is not None:
+            layer[self.slot, :, self.start : self.start + self.count] = new[0].transpose(0, 1)
+        else:
+            layer[self.written[0], :, self.written[1]] = (
+                new[self.real] if self.real is not None else new.flatten(0, 1)
+            )
+
+    def read(self, layer: torch.Tensor) -> torch.Tensor:
+        if self.slot is not None:
+            return layer[self.slot : self.slot + 1, :, : self.seen]
+        return layer[self.index, :, : self.seen]
+
+
 def _attend(
-    layer: nn.Module,
-    x: torch.Tensor,
-    cached: tuple[torch.Tensor, torch.Tensor],
-    index: torch.Tensor,
-    where: tuple[torch.Tensor, torch.Tensor],
-    real: torch.Tensor,
-    mask: torch.Tensor,
-    seen: int,
+    layer: nn.Module, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, where: _Where
 ) -> torch.Tensor:
-    """One layer's attention over its cached keys and values, after writing the new ones (the real
-    tokens' only, at (slot, position) ``where``; ``real`` marks them among the padded rows)."""
-    keys, values = cached
+    """One layer's attention over its cached keys and values, after writing the new ones."""
     attention = layer.attention
     batch, tokens, _ = x.shape
     q, k, v = (
         p(x).view(batch, tokens, -1, attention.head_dim)
         for p in (attention.query, attention.key, attention.value)
     )
-    # [slots, heads, context, head_dim] indexed by (slot, :, position): the new tokens' rows, in place.
-    keys[where[0], :, where[1]] = k[real]
-    values[where[0], :, where[1]] = v[real]
+    where.write(keys, k)
+    where.write(values, v)
     attended = F.scaled_dot_product_attention(
-        q.transpose(1, 2), keys[index, :, :seen], values[index, :, :seen], attn_mask=mask
+        q.transpose(1, 2), where.read(keys), where.read(values), attn_mask=where.mask
     )
     return attention.out(attended.transpose(1, 2).reshape(batch, tokens, -1))

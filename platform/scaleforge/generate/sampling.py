@@ -91,6 +91,16 @@ def accept(
     return emitted
 
 
+def accept_greedy(drafted: list[int], choices: list[int]) -> list[int]:
+    """:func:`accept` under greedy decoding, from the target's argmax at each proposal and after the last
+    (``choices``, one more than ``drafted``): the drafts up to the first the target would not have chosen,
+    then the target's choice there. No distribution is built."""
+    kept = 0
+    while kept < len(drafted) and drafted[kept] == choices[kept]:
+        kept += 1
+    return drafted[:kept] + [choices[kept]]
+
+
 def _one_hot(token: int, like: torch.Tensor) -> torch.Tensor:
     q = torch.zeros_like(like)
     q[token] = 1.0

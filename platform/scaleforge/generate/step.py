@@ -8,7 +8,7 @@ from torch import nn
 
 from scaleforge.generate.drafters import Draft, Drafter
 from scaleforge.generate.kv import KVCache, context_of, extend
-from scaleforge.generate.sampling import Sampling, accept
+from scaleforge.generate.sampling import Sampling, accept, accept_greedy
 
 
 @dataclass
@@ -43,8 +43,11 @@ def run_iteration(
                 logits[i] = row_logits
     emitted = []
     for row, (drafted, draft_probs), row_logits in zip(rows, drafts, logits):
-        probs = row.sampling.distribution(row_logits[-(len(drafted) + 1) :])
-        tokens = accept(row.sampling, drafted, draft_probs, probs)
+        checked = row_logits[-(len(drafted) + 1) :]
+        if row.sampling.greedy:
+            tokens = accept_greedy(drafted, checked.argmax(-1).tolist())
+        else:
+            tokens = accept(row.sampling, drafted, draft_probs, row.sampling.distribution(checked))
         kept = len(row.window) + len(tokens) - 1  # the window and the accepted drafts; the last token is new
         cache.lengths[row.slot] = kept
         if drafter is not None:
