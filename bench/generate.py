@@ -184,6 +184,15 @@ def report(paths, prompts, sizes: Sizes, rounds) -> None:
     )
     import torch
 
+    from scaleforge.calibrate.drafts import calibrate_drafts
+    from scaleforge.config import CalibrateConfig, load_config
+
+    search = load_config(CalibrateConfig, ROOT / "configs" / "calibrate_lm.yaml").draft.model_copy(
+        update={"loads": []}
+    )
+    for drafter, name in ((paths["student"], "the distilled student"), ("lookup", "prompt lookup")):
+        print(f"  draft lengths timed as configs/calibrate_lm.yaml times them, drafted by {name}:")
+        print("    " + calibrate_drafts(paths["teacher"], drafter, search).summary().replace("\n", "\n    "))
     torch.set_num_threads(1)
     kv = cache_against_recompute(load_servable(paths["teacher"]).module, prompts[0], sizes.new_tokens)
     print(

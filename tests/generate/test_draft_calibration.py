@@ -15,7 +15,7 @@ from scaleforge.config.calibrate import DraftSearchSpec
 sys.path.insert(0, str(Path(__file__).parents[1] / "serving"))
 from lm_env import DRAFTER, TARGET, train_lm  # noqa: E402
 
-SEARCH = {"candidates": [0, 2, 4], "prompts": 2, "prompt_bytes": 16, "new_tokens": 40}
+SEARCH = {"candidates": [0, 2, 4], "prompts": 2, "prompt_bytes": 16, "new_tokens": 40, "loads": [2]}
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +49,10 @@ def test_the_fastest_draft_length_is_written_into_the_serve_config(lms, tmp_path
     chosen = int(out.split("draft_tokens ")[1].split()[0])
     written = yaml.safe_load(serve_path.read_text())["applications"][0]["args"]["routers"][0]
     assert written["draft_tokens"] == chosen and chosen in SEARCH["candidates"]
+    # The load at which the chosen length was timed against none, and what followed from it.
+    if chosen:
+        assert "at 2 clients: " in out
+        assert written.get("draft_max_running") in (None, 1, 2) and "draft_max_running: " in out
     assert serve_path.read_text().startswith("# python -m jobs.serve")
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert [int(row[0]) for row in rows] == SEARCH["candidates"]

@@ -92,6 +92,9 @@ def _calibrate(
         drafter = router.drafter if router.drafter == LOOKUP else args.model(router.drafter).artifact
         calibration = calibrate_drafts(args.model(router.model).artifact, drafter, cfg.draft)
         entry["draft_tokens"] = calibration.chosen
+        entry.pop("draft_max_running", None)
+        if calibration.draft_max_running is not None:
+            entry["draft_max_running"] = calibration.draft_max_running
         return calibration
     calibration = calibrate_cascade(
         [args.model(s.model).artifact for s in router.stages], router.measure, cfg

@@ -42,6 +42,8 @@ class DraftSearchSpec(_Section):
     new_tokens: PositiveInt = 128
     clients: PositiveInt = 1
     """Requests decoded at a time (1: the latency a single user sees, where drafting pays most)."""
+    loads: list[PositiveInt] = Field(default_factory=lambda: [2, 4, 8, 16])
+    """Concurrent requests at which the chosen length is timed against none, for ``draft_max_running``."""
 
 
 class CalibrateConfig(CalibrationSpec):

@@ -68,10 +68,20 @@ class Engine:
         drafter: Proposes tokens for speculative decoding (None: plain decoding only).
         max_running: Sequences decoded together (cache slots).
         max_waiting: Requests that may wait for a slot before new ones are refused.
+        draft_max_running: Draft only in iterations that run at most this many sequences (None: always).
+            Drafting spends the target's pass on tokens that may be rejected to save passes; once enough
+            sequences share each pass, the pass is busy anyway and drafts only add work.
     """
 
-    def __init__(self, target: nn.Module, drafter: Optional[Drafter], max_running: int, max_waiting: int):
-        self.target, self.drafter = target.eval(), drafter
+    def __init__(
+        self,
+        target: nn.Module,
+        drafter: Optional[Drafter],
+        max_running: int,
+        max_waiting: int,
+        draft_max_running: Optional[int] = None,
+    ):
+        self.target, self.drafter, self.draft_max_running = target.eval(), drafter, draft_max_running
         self.context = context_of(target)
         self.cache = KVCache.allocate(self.target, max_running)
         self.max_waiting = max_waiting
@@ -139,7 +149,8 @@ class Engine:
     def _iterate(self, rows: list[Row]) -> list[list[int]]:
         self.stats.iterations += 1
         self.stats.batch_sizes[len(rows)] = self.stats.batch_sizes.get(len(rows), 0) + 1
-        return run_iteration(self.target, self.cache, self.drafter, rows, self.stats)
+        drafting = self.draft_max_running is None or len(rows) <= self.draft_max_running
+        return run_iteration(self.target, self.cache, self.drafter if drafting else None, rows, self.stats)
 
     def _admit(self) -> None:
         self.waiting = [s for s in self.waiting if s.finish_reason is None]

@@ -44,7 +44,9 @@ class GeneratorRouter:
             drafter = LookupDrafter()
         elif entry.drafter is not None:
             drafter = ModelDrafter(models.network(entry.drafter), entry.max_running)
-        self.engine = Engine(self.network, drafter, entry.max_running, entry.max_waiting)
+        self.engine = Engine(
+            self.network, drafter, entry.max_running, entry.max_waiting, entry.draft_max_running
+        )
 
     async def infer(
         self, x: np.ndarray, parameters: dict[str, Any]
@@ -76,6 +78,10 @@ class GeneratorEntry(RouterEntry):
     picks it from measured acceptance and costs)."""
     max_draft_tokens: PositiveInt = 16
     """The most a request may ask for."""
+    draft_max_running: Optional[PositiveInt] = None
+    """Draft only while at most this many sequences run in the replica (none: always); beyond it every
+    sequence decodes plainly, its output the same. ``jobs.calibrate`` picks it: the load up to which
+    drafting still paid."""
     max_running: PositiveInt = 16
     """Sequences decoded together in each ingress replica: the cache's slots, fixed at start."""
     max_waiting: NonNegativeInt = 64
