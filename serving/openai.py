@@ -18,7 +18,7 @@ import orjson
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from scaleforge.generate.engine import Engine, EngineFull
+from scaleforge.generate.engine import Engine, EngineFailed, EngineFull
 from scaleforge.generate.sampling import Sampling
 from scaleforge.serving_contract import ProtocolError
 
@@ -210,9 +210,12 @@ class Completion:
             self._gauges()
 
     async def _whole(self) -> JSONResponse:
-        async with aclosing(self._runs()) as runs:
-            async for _ in runs:
-                pass
+        try:
+            async with aclosing(self._runs()) as runs:
+                async for _ in runs:
+                    pass
+        except EngineFailed as err:
+            raise OpenAIError(500, f"'{self.name}': {err}", code="server_error") from None
         return JSONResponse(self._body(self.text.text, self.sequence.finish_reason, usage=True))
 
     async def _events(self) -> AsyncIterator[bytes]:

@@ -13,18 +13,14 @@ from scaleforge.calibrate.drafts import calibrate_drafts
 from scaleforge.config.calibrate import DraftSearchSpec
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "serving"))
-from lm_env import DRAFTER, TARGET, train_lm  # noqa: E402
+from lm_env import trained_lms  # noqa: E402
 
 SEARCH = {"candidates": [0, 2, 4], "prompts": 2, "prompt_bytes": 16, "new_tokens": 40, "loads": [2]}
 
 
 @pytest.fixture(scope="module")
 def lms(tmp_path_factory) -> dict[str, str]:
-    folder = tmp_path_factory.mktemp("lms")
-    return {
-        "target": train_lm(folder / "target", TARGET, 0),
-        "drafter": train_lm(folder / "drafter", DRAFTER, 1),
-    }
+    return trained_lms(tmp_path_factory)
 
 
 def test_the_fastest_draft_length_is_written_into_the_serve_config(lms, tmp_path, capsys):

@@ -10,7 +10,7 @@ from scipy.stats import chisquare
 
 from scaleforge.config.models import TransformerLMSpec
 from scaleforge.generate.drafters import LookupDrafter, ModelDrafter
-from scaleforge.generate.engine import Engine, EngineFull
+from scaleforge.generate.engine import Engine, EngineFailed, EngineFull
 from scaleforge.generate.sampling import Sampling, accept
 from scaleforge.models.transformer_lm import TransformerLM
 
@@ -103,7 +103,7 @@ def test_bounded_waiting_and_bad_prompts():
     asyncio.run(run())
 
 
-def test_speculative_greedy_equals_the_target_over_50_held_out_prompts_of_256_tokens(tmp_path):
+def test_speculative_greedy_equals_the_target_over_50_held_out_prompts_of_256_tokens(tmp_path_factory):
     """Trained models (the drafter smaller), 50 prompts from the validation files, 256 new tokens each
     through a 64-token context (the window slides 7 times): the drafted text is the target's own,
     byte for byte, with the student drafting and with prompt lookup."""
@@ -111,14 +111,14 @@ def test_speculative_greedy_equals_the_target_over_50_held_out_prompts_of_256_to
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "serving"))
-    from lm_env import DRAFTER, TARGET, train_lm
+    from lm_env import trained_lms
 
     from scaleforge.artifacts.store import load_model
     from scaleforge.generate.prompts import held_out_prompts
 
     torch.set_num_threads(2)
-    target = load_model(train_lm(tmp_path / "target", TARGET, 0))
-    student = load_model(train_lm(tmp_path / "student", DRAFTER, 1))
+    lms = trained_lms(tmp_path_factory)
+    target, student = load_model(lms["target"]), load_model(lms["drafter"])
     prompts = [list(p) for p in held_out_prompts(50, 32)]
     alone = asyncio.run(generate(Engine(target, None, max_running=16, max_waiting=50), prompts, 256))
     for drafter in (ModelDrafter(student, slots=16), LookupDrafter()):
@@ -126,3 +126,23 @@ def test_speculative_greedy_equals_the_target_over_50_held_out_prompts_of_256_to
         drafted = asyncio.run(generate(engine, prompts, 256, draft_tokens=4))
         assert [bytes(t) for t in drafted] == [bytes(t) for t in alone], drafter.name
         assert engine.stats.accepted > 0.3 * engine.stats.drafted, (drafter.name, engine.stats)
+
+
+class _BrokenDrafter(LookupDrafter):
+    """A drafter whose proposals fail, as a broken drafter model would."""
+
+    def propose(self, slots, windows, ks, samplings):
+        raise RuntimeError("the drafter broke")
+
+
+def test_a_failed_iteration_ends_its_requests_with_the_error_and_the_engine_goes_on():
+    engine = Engine(lm(0, 32), _BrokenDrafter(), max_running=2, max_waiting=4)
+
+    async def run():
+        broken = engine.submit([1, 2, 3], 20, Sampling(0.0), draft_tokens=4)
+        with pytest.raises(EngineFailed, match="the drafter broke"):
+            [t async for run in engine.stream(broken) for t in run]
+        plain = engine.submit([1, 2, 3], 20, Sampling(0.0))  # no drafting: the same engine answers
+        return [t async for run in engine.stream(plain) for t in run]
+
+    assert len(asyncio.run(run())) == 20

@@ -1,8 +1,14 @@
 """Two small byte-level language models trained in seconds on the standard library's source, saved as
-artifacts with their tokenizer: a target and a smaller drafter, for the generator tests."""
+artifacts with their tokenizer: a target and a smaller drafter, for the generator tests. Trained once per
+suite run (:func:`trained_lms`), into the folder pytest-xdist's workers share, under a file lock."""
+
+import json
+import os
 
 import numpy as np
+import pytest
 import torch
+from filelock import FileLock
 
 from scaleforge.artifacts import save_artifact
 from scaleforge.config.models import TransformerLMSpec
@@ -29,3 +35,20 @@ def train_lm(folder, spec: TransformerLMSpec, seed: int) -> str:
     model = fit(build_model(spec, CONTEXT, 256), x, y, epochs=1, batch_size=32, lr=3e-3)
     extra = {"tokenizer": ByteTokenizer().to_json()}
     return str(save_artifact(folder, model, spec, input_dim=CONTEXT, num_classes=256, extra=extra))
+
+
+def trained_lms(factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Artifact folders ``target`` and ``drafter``; the first worker to ask trains them, the others wait
+    on the lock and read the index it wrote."""
+    base = factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "generator-lms"
+    index = root / "lms.json"
+    with FileLock(f"{root}.lock"):
+        if not index.is_file():
+            root.mkdir(parents=True, exist_ok=True)
+            paths = {
+                "target": train_lm(root / "target", TARGET, 0),
+                "drafter": train_lm(root / "drafter", DRAFTER, 1),
+            }
+            index.write_text(json.dumps(paths))
+    return json.loads(index.read_text())

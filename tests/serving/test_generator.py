@@ -9,7 +9,7 @@ import time
 import httpx
 import openai
 import pytest
-from lm_env import DRAFTER, TARGET, stdlib_bytes, train_lm
+from lm_env import stdlib_bytes, trained_lms
 from ray import serve
 from serving_env import running_serve, small_deployment
 
@@ -20,8 +20,8 @@ APP = "sf-generator"
 
 @pytest.fixture(scope="module")
 def base(ray_cluster, tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("lms")
-    target, drafter = train_lm(folder / "target", TARGET, 0), train_lm(folder / "drafter", DRAFTER, 1)
+    lms = trained_lms(tmp_path_factory)
+    target, drafter = lms["target"], lms["drafter"]
     generator = {
         "kind": "generator",
         "model": "target",

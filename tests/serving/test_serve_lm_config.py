@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 from conftest import REPO
-from lm_env import DRAFTER, TARGET, train_lm
+from lm_env import DRAFTER, TARGET, trained_lms
 from serving_env import free_port
 
 from scaleforge.artifacts import save_artifact
@@ -30,10 +30,8 @@ pytestmark = pytest.mark.slow  # two Rays of their own, one after the other (abo
 def config(tmp_path_factory):
     """configs/serve_lm.yaml with every artifact replaced by a small one of its kind, on a free port."""
     folder = tmp_path_factory.mktemp("serve-lm")
-    paths = {
-        "teacher": train_lm(folder / "teacher", TARGET, 0),
-        "student": train_lm(folder / "student", DRAFTER, 1),
-    }
+    lms = trained_lms(tmp_path_factory)
+    paths = {"teacher": lms["target"], "student": lms["drafter"]}
     for name, spec in (("teacher", TARGET), ("student", DRAFTER)):
         quantized = torch.ao.quantization.quantize_dynamic(load_model(paths[name]), {torch.nn.Linear})
         paths[f"{name}-int8"] = str(
@@ -50,6 +48,7 @@ def config(tmp_path_factory):
     config = yaml.safe_load((REPO / "configs" / "serve_lm.yaml").read_text())
     config["http_options"]["port"] = free_port()
     args = config["applications"][0]["args"]
+    args["ingress"]["replicas"] = 1  # every setting as shipped but the replica count: one starts faster
     for model in args["models"]:
         model["artifact"] = paths[model["name"]]
     path = folder / "serve_lm.yaml"

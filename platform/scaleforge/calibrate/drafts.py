@@ -76,7 +76,9 @@ def calibrate_drafts(target: str, drafter: str, spec: DraftSearchSpec) -> DraftC
     torch.set_num_threads(1)
     model = load_servable(target).module
     proposer = (
-        LookupDrafter() if drafter == LOOKUP else ModelDrafter(load_servable(drafter).module, spec.clients)
+        LookupDrafter()
+        if drafter == LOOKUP
+        else ModelDrafter(load_servable(drafter).module, max([spec.clients, *spec.loads]))
     )
     prompts = [list(p) for p in held_out_prompts(max([spec.prompts, *spec.loads]), spec.prompt_bytes)]
     _measure(model, proposer, prompts[:1], spec, max(spec.candidates))  # warm-up

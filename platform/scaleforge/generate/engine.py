@@ -30,6 +30,11 @@ class EngineFull(Exception):
     """Every slot is taken and the waiting line is full: retry later."""
 
 
+class EngineFailed(RuntimeError):
+    """An iteration raised: every sequence it held ends with this error (none is left waiting forever),
+    and the next request starts afresh."""
+
+
 @dataclass
 class Sequence:
     """One request's generation: its tokens so far, where its window starts, and what it still may add."""
@@ -124,6 +129,8 @@ class Engine:
                 run = await sequence.runs.get()
                 if run is None:
                     return
+                if isinstance(run, BaseException):
+                    raise EngineFailed(f"generation failed: {run!r}") from run
                 yield run
         finally:
             if sequence.finish_reason is None:
@@ -131,6 +138,20 @@ class Engine:
                 self._wake.set()
 
     async def _loop(self) -> None:
+        try:
+            await self._iterations()
+        except Exception as err:
+            self._fail(err)
+            raise
+
+    def _fail(self, err: Exception) -> None:
+        """End every sequence with ``err`` and free every slot."""
+        for sequence in self.running + self.waiting:
+            sequence.finish_reason = "error"
+            sequence.runs.put_nowait(err)
+        self.free, self.running, self.waiting = list(range(self.cache.slots)), [], []
+
+    async def _iterations(self) -> None:
         while True:
             self._admit()
             if not self.running:
