@@ -50,14 +50,7 @@ def main() -> int:
         redirect_stdout(sys.stderr),
     ):
         tmp = Path(folder)
-        teacher = train(tmp, "lm_small", "train_lm_small.yaml")
-        cfg = load_config(
-            CompressJobConfig,
-            CONFIG,
-            [f"teacher={teacher.artifact}", f"output={tmp / 'out'}", f"run.storage_path={tmp / 'runs'}"],
-            check_runnable,
-        )
-        result = run_compression(cfg)
+        teacher, cfg, result = train_and_compress(tmp, tmp / "out")
         report = json.loads((tmp / "out" / "report.json").read_text())
         torch.set_num_threads(cfg.measure.threads)
         served = load_in_memory(cfg.data).score(load_servable(tmp / "out" / "model").module)
@@ -69,6 +62,19 @@ def main() -> int:
         f"bits/byte on {cfg.data.max_validation_bytes or 'all'} bytes of validation text"
     )
     return print_bars(bars(report, served), "must show")
+
+
+def train_and_compress(root: Path, output: Path):
+    """The teacher by configs/train_lm_small.yaml into ``root/lm_small``, then configs/compress_lm.yaml
+    on it into ``output``: (the training result, the compression config, the compression result)."""
+    teacher = train(root, "lm_small", "train_lm_small.yaml")
+    cfg = load_config(
+        CompressJobConfig,
+        CONFIG,
+        [f"teacher={teacher.artifact}", f"output={output}", f"run.storage_path={root / 'runs'}"],
+        check_runnable,
+    )
+    return teacher, cfg, run_compression(cfg)
 
 
 def keep_for_generate(teacher: Path, compressed: Path) -> None:

@@ -46,25 +46,10 @@ def artifacts(folder: Path | None) -> dict[str, str]:
 
 
 def _train(root: Path) -> None:
-    from training import train
-
-    from scaleforge.compress import run_compression
-    from scaleforge.compress.preflight import check_runnable
-    from scaleforge.config import CompressJobConfig
+    from compress_lm import train_and_compress
 
     print(f"training the teacher and the student into {root} (once)", file=sys.stderr)
-    teacher = train(root, "lm_small", "train_lm_small.yaml")
-    cfg = load_config(
-        CompressJobConfig,
-        REPO / "configs" / "compress_lm.yaml",
-        [
-            f"teacher={teacher.artifact}",
-            f"output={root / 'compressed_lm'}",
-            f"run.storage_path={root / 'runs'}",
-        ],
-        check_runnable,
-    )
-    run_compression(cfg)
+    train_and_compress(root, root / "compressed_lm")
 
 
 def hf_exports(paths: dict[str, str], folder: Path) -> dict[str, str]:

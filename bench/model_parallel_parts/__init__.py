@@ -1,0 +1,1 @@
+"""The parts of bench/model_parallel.py."""
