@@ -158,14 +158,20 @@ def test_serve_deploy_serves_configs_serve_yaml_from_the_bucket_with_the_install
             name: _first_answer(f"http://127.0.0.1:{port}/v2/models/{name}/infer", v2_body(x))
             for name in ("teacher", "cascade", "moe")
         }
-        details = httpx.get(
-            f"{head.dashboard_url}/api/serve/applications/",
-            timeout=30,
-            headers={"Authorization": f"Bearer {head.token}"},
-        )
-        assert details.status_code == 200, details.text
-        direct = direct_ingress_urls(details.json())
         replicas = args["ingress"]["replicas"]  # every ingress replica answers at a port of its own
+        # The app answers once one replica runs; the others may still be starting (CI once listed 1 of 2).
+        deadline = time.monotonic() + 120
+        while True:
+            details = httpx.get(
+                f"{head.dashboard_url}/api/serve/applications/",
+                timeout=30,
+                headers={"Authorization": f"Bearer {head.token}"},
+            )
+            assert details.status_code == 200, details.text
+            direct = direct_ingress_urls(details.json())
+            if len(direct.get("scaleforge", [])) >= replicas or time.monotonic() > deadline:
+                break
+            time.sleep(1)
         assert list(direct) == ["scaleforge"] and len(direct["scaleforge"]) == replicas, direct
         direct_url = direct["scaleforge"][0]
         assert direct_url.startswith("http://127.0.0.1:") and not direct_url.endswith(f":{port}"), direct_url
