@@ -8,7 +8,9 @@ from conftest import REPO
 
 from bench.bars import print_bars
 
-sys.path.insert(0, str(REPO / "bench"))  # bench/lm.py's parts import each other as lm_parts.*
+# bench/lm.py's parts import each other as lm_parts.*. Last on the path: bench/serving.py must not shadow
+# the serving package for a later test in this process that deploys an app.
+sys.path.append(str(REPO / "bench"))
 
 from lm_parts.machine import MARKER, mark_this_bench, ray_processes, wait_for_no_ray  # noqa: E402
 from lm_parts.quality import versus  # noqa: E402
