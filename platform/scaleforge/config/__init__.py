@@ -10,7 +10,8 @@ from scaleforge.config.cli import parse_job_config, run_job
 from scaleforge.config.compress import CompressJobConfig
 from scaleforge.config.hwbench import HWBenchConfig
 from scaleforge.config.loader import ConfigError, load_config
-from scaleforge.config.pipeline import PipelineConfig
+from scaleforge.config.pipeline import PipelineConfig, PipelineJobConfig
+from scaleforge.config.pipeline_lm import LMPipelineConfig
 from scaleforge.config.schema import TrainJobConfig
 from scaleforge.config.serve import ServeConfig
 
@@ -21,9 +22,10 @@ JOB_SCHEMAS = {
     "jobs.serve": ServeConfig,
     "jobs.calibrate": CalibrateConfig,
     "jobs.hwbench": HWBenchConfig,
-    "jobs.pipeline": PipelineConfig,
+    "jobs.pipeline": PipelineJobConfig,
 }
-"""Each job module and the schema of its ``--config`` file."""
+"""Each job module and the schema of its ``--config`` file (``jobs.pipeline``'s picks a subclass by
+``kind``)."""
 
 __all__ = [
     "AsyncSGDConfig",
@@ -32,9 +34,11 @@ __all__ = [
     "ConfigError",
     "HWBenchConfig",
     "JOB_SCHEMAS",
+    "LMPipelineConfig",
     "load_config",
     "parse_job_config",
     "PipelineConfig",
+    "PipelineJobConfig",
     "run_job",
     "ServeConfig",
     "TrainJobConfig",

@@ -1,12 +1,14 @@
 """Schema of the main job (``jobs.pipeline``): every stage's own config, chained through one output folder.
 
 The stage configs are files named here, not read here: :func:`scaleforge.pipeline.preflight.check_runnable`
-loads and checks them before the first stage starts.
+loads and checks them before the first stage starts. ``kind`` picks the pipeline: :class:`PipelineConfig`
+(``classifier``, the default) or one of the other subclasses of :class:`PipelineJobConfig`
+(``kind: lm``: :class:`scaleforge.config.pipeline_lm.LMPipelineConfig`).
 """
 
-from typing import Literal, Optional, get_args
+from typing import Any, Literal, Optional, get_args
 
-from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveInt, ValidationError, model_validator
 
 from scaleforge.config.schema import _Section
 from scaleforge.config.serve import NAME_PATTERN
@@ -117,15 +119,40 @@ class PipelineFaultSpec(_Section):
     """Raise at the start of this stage (to show that earlier artifacts survive and ``--from`` resumes)."""
 
 
-class PipelineConfig(_Section):
-    """``python -m jobs.pipeline``: train, compress, calibrate, serve, query, report."""
+class PipelineJobConfig(_Section):
+    """``python -m jobs.pipeline``: the stages every kind of main job has; ``kind`` picks the subclass
+    that ``model_validate`` builds (a new kind of pipeline is one more subclass, imported with this
+    package)."""
 
+    kind: str
+    """Which pipeline: ``classifier`` (the default) or ``lm``."""
     storage: Optional[str] = None
     """The job's storage root, a folder or a URI every node reaches (``s3://bucket/scaleforge``): a relative
     ``output`` is taken under it (``{storage}/pipeline`` when not given)."""
     output: str = "~/scaleforge/pipeline"
     """Every stage's artifacts, runs, records, the serve config and the report go under this folder or
     URI (``s3://bucket/scaleforge/pipeline`` on a cluster whose nodes share no disk)."""
+    fault: PipelineFaultSpec = Field(default_factory=PipelineFaultSpec)
+
+    _under_storage = storage_layout({"output": "pipeline"})
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> "PipelineJobConfig":
+        if cls is not PipelineJobConfig:
+            return super().model_validate(obj, **kwargs)
+        kinds = {sub.model_fields["kind"].default: sub for sub in cls.__subclasses__()}
+        given = obj.get("kind", "classifier") if isinstance(obj, dict) else getattr(obj, "kind", None)
+        if given not in kinds:  # named as any other field's error is: the field, the values it takes
+            expected = " or ".join(repr(kind) for kind in kinds)
+            error = {"type": "literal_error", "loc": ("kind",), "input": given, "ctx": {"expected": expected}}
+            raise ValidationError.from_exception_data(cls.__name__, [error])
+        return kinds[given].model_validate(obj, **kwargs)
+
+
+class PipelineConfig(PipelineJobConfig):
+    """``python -m jobs.pipeline``: train, compress, calibrate, serve, query, report."""
+
+    kind: Literal["classifier"] = "classifier"
     teacher: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/train_teacher.yaml"))
     async_sgd: AsyncStageSpec = Field(default_factory=lambda: AsyncStageSpec(config="configs/async_sgd.yaml"))
     compress: StageSpec = Field(default_factory=lambda: StageSpec(config="configs/compress.yaml"))
@@ -134,6 +161,3 @@ class PipelineConfig(_Section):
     serve: ServeStageSpec = Field(default_factory=lambda: ServeStageSpec(config="configs/serve.yaml"))
     query: QuerySpec = Field(default_factory=QuerySpec)
     placement: PlacementSpec = Field(default_factory=PlacementSpec)
-    fault: PipelineFaultSpec = Field(default_factory=PipelineFaultSpec)
-
-    _under_storage = storage_layout({"output": "pipeline"})

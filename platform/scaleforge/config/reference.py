@@ -50,12 +50,22 @@ def render(schemas: Optional[Mapping[str, type[BaseModel]]] = None) -> str:
         One section per job: a table of its fields, then one table per nested model.
     """
     schemas = JOB_SCHEMAS if schemas is None else schemas
+    sections = [section for job, schema in schemas.items() for section in _kinds(job, schema)]
     writer = _Writer()
-    jobs = " · ".join(f"[`{job}`](#{_slug(job)})" for job in schemas)
+    jobs = " · ".join(f"[`{job}`](#{_slug(job)})" for job, _ in sections)
     writer.lines += [_HEADER, f"Jobs: {jobs}", ""]
-    for job, schema in schemas.items():
+    for job, schema in sections:
         writer.job(job, schema)
     return "\n".join(writer.lines).rstrip("\n") + "\n"
+
+
+def _kinds(job: str, schema: type[BaseModel]) -> list[tuple[str, type[BaseModel]]]:
+    """A schema whose ``kind`` picks a subclass (the main job's) as one section per kind; any other
+    as itself."""
+    kind = schema.model_fields.get("kind")
+    if kind is None or not kind.is_required():
+        return [(job, schema)]
+    return [(f"{job} (kind: {sub.model_fields['kind'].default})", sub) for sub in schema.__subclasses__()]
 
 
 class _Writer:

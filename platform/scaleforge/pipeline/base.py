@@ -7,8 +7,8 @@ from typing import Callable, ClassVar, Optional, TypeVar
 from pydantic import BaseModel
 
 from scaleforge.config.loader import load_config
-from scaleforge.config.pipeline import PipelineConfig, Stage, StageSpec
-from scaleforge.pipeline.records import Records, StageRecord
+from scaleforge.config.pipeline import PipelineJobConfig, Stage, StageSpec
+from scaleforge.pipeline.records import StageRecord
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -17,9 +17,11 @@ M = TypeVar("M", bound=BaseModel)
 class StageContext:
     """What a stage sees: the job's config, its output folder, and the records of the stages before it."""
 
-    cfg: PipelineConfig
+    cfg: PipelineJobConfig
+    """The job's config: the subclass of its ``kind``, whose stage sections its stages read."""
     out: str
-    records: Records
+    records: BaseModel
+    """The records of its kind (:class:`scaleforge.pipeline.records.Records` for the classifier's)."""
     log: Callable[[str], None]
     started: float
     """``time.perf_counter()`` when the pipeline started."""

@@ -94,7 +94,8 @@ class VersusTeacher(_Reported):
 
 class CompressedModel(_Reported):
     bytes: int
-    accuracy: float
+    accuracy: Optional[float] = None
+    """A classifier's test accuracy (a language model's row has ``bits_per_byte`` instead)."""
     vs_teacher: VersusTeacher
 
 

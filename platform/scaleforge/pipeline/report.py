@@ -28,7 +28,12 @@ class ReportStage(PipelineStage):
     uses_ray = False
 
     def run(self, ctx: StageContext) -> ReportRecord:
-        return ReportRecord(report=write_report(ctx.records, join(ctx.out, "report")))
+        return ReportRecord(report=type(self).write(ctx.records, join(ctx.out, "report")))
+
+    @staticmethod
+    def write(records: Records, folder: str) -> str:
+        """``report.md`` and its plots from the records alone; returns the markdown's location."""
+        return write_report(records, folder)
 
 
 def final_table(records: Records) -> str:
@@ -124,7 +129,7 @@ def write_report(records: Records, folder: str) -> str:
     return path
 
 
-def _figure():
+def new_figure():
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(6, 4))
@@ -132,34 +137,34 @@ def _figure():
     return plt, figure, axis
 
 
-def _save(plt, figure, axis, path: str) -> None:
+def save_figure(plt, figure, axis, path: str) -> None:
     axis.legend(loc="best")  # named: matplotlib warns on the console when a defaulted "best" takes over 1 s
     write_atomic(path, lambda out: figure.savefig(out, format="png", dpi=100, bbox_inches="tight"))
     plt.close(figure)
 
 
 def _training_curves(records: Records, path: str) -> None:
-    plt, figure, axis = _figure()
+    plt, figure, axis = new_figure()
     for stage, trained in (("teacher", records.teacher), ("moe", records.moe)):
         history = trained.history
         axis.plot([h.epoch for h in history], [h.test_accuracy for h in history], marker="o", label=stage)
     axis.set(xlabel="epoch", ylabel="test accuracy", title="Data-parallel training on Ray Train")
-    _save(plt, figure, axis, path)
+    save_figure(plt, figure, axis, path)
 
 
 def _sync_vs_async(records: Records, path: str) -> None:
-    plt, figure, axis = _figure()
+    plt, figure, axis = new_figure()
     for mode, run in records.async_sgd.runs.items():
         axis.plot([p.seconds for p in run.curve], [p.test_accuracy for p in run.curve], label=mode)
     axis.set(xlabel="wall-clock (s)", ylabel="test accuracy", title="Parameter server: sync against async")
-    _save(plt, figure, axis, path)
+    save_figure(plt, figure, axis, path)
 
 
 def _cascade_curve(records: Records, path: str) -> None:
     """Accuracy against cost on the held-out inputs, at every threshold the calibrate stage recorded,
     the calibrated thresholds marked."""
     calibrated = records.calibrate
-    plt, figure, axis = _figure()
+    plt, figure, axis = new_figure()
     axis.plot(
         [p.escalated for p in calibrated.curve],
         [p.accuracy for p in calibrated.curve],
@@ -180,4 +185,4 @@ def _cascade_curve(records: Records, path: str) -> None:
         ylabel="test accuracy",
         title=f"Cascade {calibrated.cascade}: accuracy against cost",
     )
-    _save(plt, figure, axis, path)
+    save_figure(plt, figure, axis, path)

@@ -8,40 +8,64 @@ any stage (or Ray) starts.
 """
 
 import time
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from scaleforge import storage
-from scaleforge.config.pipeline import STAGES, PipelineConfig, Stage
+from scaleforge.config.pipeline import STAGES, PipelineJobConfig, Stage
 from scaleforge.pipeline.base import PipelineStage, StageContext
+from scaleforge.pipeline.lm import LM_PIPELINE
 from scaleforge.pipeline.query import QueryStage
 from scaleforge.pipeline.records import Records, StageRecord
-from scaleforge.pipeline.report import ReportStage
+from scaleforge.pipeline.records_lm import LMRecords
+from scaleforge.pipeline.report import ReportStage, final_table
+from scaleforge.pipeline.report_lm import final_table as lm_final_table
 from scaleforge.pipeline.serve import ServeStage
 from scaleforge.pipeline.stages import AsyncSGDStage, CalibrateStage, CompressStage, MoEStage, TeacherStage
 from scaleforge.storage import write_atomic
 
-_BY_NAME: dict[str, type[PipelineStage]] = {
-    stage.name: stage
-    for stage in (
-        TeacherStage,
-        AsyncSGDStage,
-        CompressStage,
-        MoEStage,
-        CalibrateStage,
-        ServeStage,
-        QueryStage,
-        ReportStage,
-    )
+PIPELINE: tuple[type[PipelineStage], ...] = (
+    TeacherStage,
+    AsyncSGDStage,
+    CompressStage,
+    MoEStage,
+    CalibrateStage,
+    ServeStage,
+    QueryStage,
+    ReportStage,
+)
+"""The classifier's stage classes, in the order they run (``STAGES``)."""
+
+
+@dataclass(frozen=True)
+class PipelineKind:
+    """One kind of main job (``kind:`` in its config): its stages in order, the model of its records,
+    and the table its run prints at the end."""
+
+    stages: tuple[type[PipelineStage], ...]
+    records: type[BaseModel]
+    final_table: Callable[[Any], str]
+
+    def __post_init__(self) -> None:
+        names = [stage.name for stage in self.stages]
+        if names != list(self.records.model_fields) or not set(names) <= set(STAGES):
+            raise ImportError(
+                f"scaleforge.pipeline: stages {names} and the records' fields "
+                f"{list(self.records.model_fields)} must name the same stages, from STAGES"
+            )
+
+    @property
+    def names(self) -> list[str]:
+        return [stage.name for stage in self.stages]
+
+
+KINDS: dict[str, PipelineKind] = {
+    "classifier": PipelineKind(PIPELINE, Records, final_table),
+    "lm": PipelineKind(LM_PIPELINE, LMRecords, lm_final_table),
 }
-if not set(STAGES) == set(_BY_NAME) == set(Records.model_fields):
-    raise ImportError(
-        f"scaleforge.pipeline: STAGES {STAGES}, the stage classes {tuple(_BY_NAME)} and the "
-        f"Records fields {tuple(Records.model_fields)} must name the same stages"
-    )
-PIPELINE: tuple[type[PipelineStage], ...] = tuple(_BY_NAME[name] for name in STAGES)
-"""The stage classes in the order ``STAGES`` gives."""
+"""Each ``kind`` of :class:`scaleforge.config.pipeline.PipelineJobConfig` and what it runs."""
 
 
 class StageFailed(RuntimeError):
@@ -67,20 +91,27 @@ class Pipeline:
 
     def __init__(
         self,
-        cfg: PipelineConfig,
+        cfg: PipelineJobConfig,
         redo_from: Optional[Stage] = None,
         log: Callable[[str], None] = print,
         stop_after: Optional[Stage] = None,
     ):
-        if redo_from and stop_after and STAGES.index(stop_after) < STAGES.index(redo_from):
+        self.kind = KINDS[cfg.kind]
+        names = self.kind.names
+        for option, stage in (("--from", redo_from), ("--to", stop_after)):
+            if stage is not None and stage not in names:
+                raise StageOrderError(
+                    f"{option} {stage}: not a stage of kind {cfg.kind} ({', '.join(names)})"
+                )
+        if redo_from and stop_after and names.index(stop_after) < names.index(redo_from):
             raise StageOrderError(
-                f"--to {stop_after} comes before --from {redo_from} (stages: {', '.join(STAGES)})"
+                f"--to {stop_after} comes before --from {redo_from} (stages: {', '.join(names)})"
             )
         self.cfg, self.log = cfg, log
         self.out = storage.normalize(cfg.output)
-        self.records = Records()
-        self.stages = PIPELINE[: STAGES.index(stop_after) + 1] if stop_after else PIPELINE
-        kept = self.stages[: STAGES.index(redo_from)] if redo_from else self.stages
+        self.records = self.kind.records()
+        self.stages = self.kind.stages[: names.index(stop_after) + 1] if stop_after else self.kind.stages
+        kept = self.stages[: names.index(redo_from)] if redo_from else self.stages
         recorded = {
             stage.name: record
             for stage in kept
@@ -94,7 +125,7 @@ class Pipeline:
         self._reused = {
             name: record
             for name, record in recorded.items()
-            if name not in checked or self._still_running(_BY_NAME[name], record)
+            if name not in checked or self._still_running(self.kind.stages[names.index(name)], record)
         }
 
     @property
@@ -106,7 +137,7 @@ class Pipeline:
         """``records/<stage>.json`` in the output folder (or under the output URI)."""
         return storage.join(self.out, "records", f"{stage}.json")
 
-    def run(self) -> Records:
+    def run(self) -> BaseModel:
         """Every stage, reused or run; whatever a stage started is freed at the end, also on failure.
 
         Raises:
@@ -120,9 +151,12 @@ class Pipeline:
                 name = stage_class.name
                 if name in self._reused:
                     setattr(self.records, name, self._reused[name])
-                    self.log(f"[pipeline] {index}/{len(PIPELINE)} {name}: reused ({self.record_path(name)})")
+                    self.log(
+                        f"[pipeline] {index}/{len(self.kind.stages)} {name}: reused "
+                        f"({self.record_path(name)})"
+                    )
                     continue
-                self.log(f"[pipeline] {index}/{len(PIPELINE)} {name}: running ...")
+                self.log(f"[pipeline] {index}/{len(self.kind.stages)} {name}: running ...")
                 stage = stage_class()
                 started.append(stage)
                 record = self._run_stage(stage, ctx)
@@ -132,10 +166,11 @@ class Pipeline:
             finished = True
         finally:
             for stage in reversed(started):
-                if finished and stage.outlives_run and stage is started[-1] and stage.name != STAGES[-1]:
+                names = self.kind.names
+                if finished and stage.outlives_run and stage is started[-1] and stage.name != names[-1]:
                     self.log(
                         f"[pipeline] {stage.name}: left running for the next run (--from "
-                        f"{STAGES[STAGES.index(stage.name) + 1]})"
+                        f"{names[names.index(stage.name) + 1]})"
                     )
                 else:
                     stage.close()

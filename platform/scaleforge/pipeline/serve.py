@@ -55,7 +55,7 @@ class ServeStage(PipelineStage):
         spec = ctx.cfg.serve
         template = load_config(ServeConfig, spec.config, spec.set)
         app = template.applications[0]
-        args, placement = _place(ctx, serve_args(app.args, spec, ctx.records))
+        args, placement = self.plan(ctx, app.args)
         cfg = template.model_copy(
             update={
                 "http_options": template.http_options.model_copy(update={"port": free_ports(1)[0]}),
@@ -77,6 +77,10 @@ class ServeStage(PipelineStage):
             loaded_from=_loaded_from(app.name, args),
             direct_urls=running_direct_ingress_urls().get(app.name, []),
         )
+
+    def plan(self, ctx: StageContext, template: ServeArgs) -> tuple[ServeArgs, Placement]:
+        """``template`` (``serve.config``'s app args) serving this run's artifacts, each model placed."""
+        return _place(ctx, serve_args(template, ctx.cfg.serve, ctx.records))
 
     def close(self) -> None:
         """Delete this run's applications (other apps on a shared cluster, and Serve itself, stay)."""

@@ -9,7 +9,7 @@ writes it as the run's one serve config.
 from scaleforge.config.pipeline import ServeStageSpec
 from scaleforge.config.serve import ServeArgs
 from scaleforge.pipeline.records import Records
-from scaleforge.routers import CascadeEntry, MoEEntry
+from scaleforge.routers import CascadeEntry, MoEEntry, RouterEntry
 
 
 def served_artifact(spec: ServeStageSpec, records: Records, name: str) -> str:
@@ -47,18 +47,14 @@ def serve_args(template: ServeArgs, spec: ServeStageSpec, records: Records) -> S
             "stages": [{"model": m, **t} for m, t in zip(calibrated.stages, thresholds)],
         }
     )
-    return template.model_copy(
-        update={
-            "models": [
-                m.model_copy(update={"artifact": artifacts[m.name]})
-                for m in template.models
-                if m.name in artifacts
-            ],
-            "routers": [
-                cascade,
-                router.model_copy(
-                    update={"gate": spec.moe.gate, "experts": experts, "combine": parts.combine}
-                ),
-            ],
-        }
-    )
+    moe = router.model_copy(update={"gate": spec.moe.gate, "experts": experts, "combine": parts.combine})
+    return serving(template, artifacts, [cascade, moe])
+
+
+def serving(template: ServeArgs, artifacts: dict[str, str], routers: list[RouterEntry]) -> ServeArgs:
+    """``template`` serving only the models named in ``artifacts`` (each pointed at its artifact), and
+    ``routers``."""
+    models = [
+        m.model_copy(update={"artifact": artifacts[m.name]}) for m in template.models if m.name in artifacts
+    ]
+    return template.model_copy(update={"models": models, "routers": routers})
