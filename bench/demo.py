@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,31 +37,25 @@ ACCURACY_GAP = 0.005
 """How far the cascade's accuracy may fall below the teacher's."""
 
 
-def run_demo(storage: Path) -> list[str]:
-    """The demo job's console (stdout); its lines are echoed to stderr as they come."""
-    command = [
-        sys.executable,
-        "-m",
-        "jobs.pipeline",
-        "--config",
-        "configs/pipeline.yaml",
-        "--set",
-        f"storage={storage}",
-    ]
-    lines = []
+def run_main_job(storage: Path, config: str = "configs/pipeline.yaml") -> tuple[list[str], float]:
+    """``python -m jobs.pipeline --config CONFIG`` with its storage under ``storage``: its console
+    (stdout; its lines echoed to stderr as they come) and its wall-clock, from starting the process to
+    its exit."""
+    command = [sys.executable, "-m", "jobs.pipeline", "--config", config, "--set", f"storage={storage}"]
+    lines, began = [], time.perf_counter()
     with subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True) as job:
         for line in job.stdout:
             print(line, end="", file=sys.stderr, flush=True)
             lines.append(line.rstrip("\n"))
     if job.returncode != 0:
-        raise SystemExit(f"the demo job failed (exit {job.returncode}): {' '.join(command)}")
-    return lines
+        raise SystemExit(f"the job failed (exit {job.returncode}): {' '.join(command)}")
+    return lines, time.perf_counter() - began
 
 
 def main() -> int:
     check_and_print()
     with tempfile.TemporaryDirectory(prefix="scaleforge-demo-") as root:
-        console = run_demo(Path(root))
+        console, _ = run_main_job(Path(root))
         query = QueryRecord.model_validate_json(
             (Path(root) / "pipeline" / "records" / "query.json").read_text()
         )

@@ -11,7 +11,7 @@ Both sides run the teacher of configs/train_lm_small.yaml (ours from its artifac
 Hugging Face export) on one torch thread per process, two processes a side (our 2 ingress replicas as
 shipped; 2 uvicorn workers), greedy, on the same held-out prompts (32 bytes from the standard
 library's validation files) and the same number of new tokens. Ours decodes as shipped: the generator
-``lm``, the teacher drafted by the distilled student, ``draft_tokens`` as configs/serve_lm.yaml holds it
+``lm``, the teacher drafted by prompt lookup, ``draft_tokens`` as configs/serve_lm.yaml holds it
 (``jobs.calibrate --config configs/calibrate_lm.yaml`` writes it), every request of every client in one
 continuous batch per replica. The peer: ``generate`` with its KV cache, a request at a time per thread;
 its assisted generation with the same student beside.
@@ -145,8 +145,8 @@ def report(paths, prompts, sizes: Sizes, rounds) -> None:
     med = lambda side, key: statistics.median(r[side][key] for r in rounds)  # noqa: E731
     o, p, n = 0, 1, sizes.clients
     print(
-        f"teacher {paths['teacher']}, drafter {paths['student']}; generator 'lm' draft_tokens "
-        f"{lm.draft_tokens}, {cfg.applications[0].args.ingress.replicas} ingress replicas; {sizes.prompts} "
+        f"teacher {paths['teacher']}, student {paths['student']}; generator 'lm' drafted by {lm.drafter}, "
+        f"draft_tokens {lm.draft_tokens}, {cfg.applications[0].args.ingress.replicas} ingress replicas; {sizes.prompts} "
         f"held-out prompts of {sizes.prompt_bytes} bytes, {sizes.new_tokens} new tokens, greedy; medians of "
         f"{len(rounds)} round(s):"
     )

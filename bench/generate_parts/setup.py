@@ -59,7 +59,7 @@ def hf_exports(paths: dict[str, str], folder: Path) -> dict[str, str]:
 
 def ours(paths: dict[str, str], port: int) -> tuple[ServeConfig, GeneratorEntry]:
     """configs/serve_lm.yaml serving the bench's teacher and student: its generator ``lm`` (the teacher
-    drafted by the student, as shipped) and its deployment settings, on ``port``; the other models and
+    drafted by prompt lookup, as shipped) and its deployment settings, on ``port``; the other models and
     generators, which need artifacts this bench does not make, left out."""
     cfg = load_config(ServeConfig, SERVE_CONFIG)
     app = cfg.applications[0]
