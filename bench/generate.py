@@ -146,9 +146,9 @@ def report(paths, prompts, sizes: Sizes, rounds) -> None:
     o, p, n = 0, 1, sizes.clients
     print(
         f"teacher {paths['teacher']}, student {paths['student']}; generator 'lm' drafted by {lm.drafter}, "
-        f"draft_tokens {lm.draft_tokens}, {cfg.applications[0].args.ingress.replicas} ingress replicas; {sizes.prompts} "
-        f"held-out prompts of {sizes.prompt_bytes} bytes, {sizes.new_tokens} new tokens, greedy; medians of "
-        f"{len(rounds)} round(s):"
+        f"draft_tokens {lm.draft_tokens}, {cfg.applications[0].args.ingress.replicas} ingress replicas; "
+        f"{sizes.prompts} held-out prompts of {sizes.prompt_bytes} bytes, {sizes.new_tokens} new tokens, "
+        f"greedy; medians of {len(rounds)} round(s):"
     )
     rows = [
         (f"{n} clients, Serve's proxy", med(o, "many clients"), med(p, "many clients")),
