@@ -1,7 +1,7 @@
 """The main job on text as a user runs it, ``python -m jobs.pipeline --config configs/pipeline_lm.yaml``,
 and the time it promises: end to end on this machine in at most 25 minutes, with its report.
 
-    .venv/bin/python bench/pipeline_lm.py      (about 20 minutes on 2 idle cores)
+    .venv/bin/python bench/pipeline_lm.py      (about 14 minutes on 2 idle cores)
 
 Runs the job on an embedded Ray with its storage in a fresh temporary folder (nothing is reused, and
 ``~/scaleforge`` is left alone): the language model trained data-parallel on 2 Ray Train workers
