@@ -73,7 +73,9 @@ def test_the_language_model_is_trained_compressed_calibrated_served_queried_and_
         assert result["loads"][0]["first_token_p50_ms"] > 0
     assert max(r["loads"][-1]["largest_step"] for r in query["generators"].values()) >= 2
     acceptance = query["generators"]["lm"]["loads"][0]["acceptance"]
-    assert (acceptance is None) == (calibrated["chosen"] == 0) and (acceptance is None or 0 < acceptance <= 1)
+    # Undrafted, nothing is drafted; drafted by prompt lookup, a prompt without a repeated n-gram drafts
+    # nothing either, so only the bounds are certain.
+    assert acceptance is None if calibrated["chosen"] == 0 else acceptance is None or 0 <= acceptance <= 1
     assert len(query["samples"]) == 2 and all(s["completion"] for s in query["samples"])
 
     # The report: every model's bits/byte as the compression job scored it, the samples, the plots.
