@@ -109,21 +109,21 @@ def write_report(records: Records, folder: str) -> str:
     )
     _cascade_curve(records, join(folder, "cascade_accuracy_vs_cost.png"))
     calibrate = records.calibrate
-    markdown = [
-        "# scaleforge pipeline report",
-        "",
-        "```",
-        final_table(records),
-        "```",
-        "",
+    cascade = (
         f"Cascade thresholds {calibrate.thresholds} calibrated on validation data: held-out accuracy "
         f"{calibrate.accuracy:.4f} against {calibrate.last_stage_accuracy:.4f} for the "
         f"{calibrate.stages[-1]} alone, "
-        "answered per stage " + " / ".join(f"{s:.1%}" for s in calibrate.answered_per_stage) + ".",
-        "",
-    ]
-    for name, title in PLOTS.items():
-        markdown += [f"## {title}", "", f"![{title}]({name})", ""]
+        "answered per stage " + " / ".join(f"{s:.1%}" for s in calibrate.answered_per_stage) + "."
+    )
+    return write_markdown(folder, "scaleforge pipeline report", final_table(records), [cascade, ""], PLOTS)
+
+
+def write_markdown(folder: str, title: str, table: str, body: list[str], plots: dict[str, str]) -> str:
+    """``report.md`` in ``folder``: ``title``, the final ``table``, the ``body`` lines, then each plot (file
+    name -> caption) under a heading; returns its location."""
+    markdown = [f"# {title}", "", "```", table, "```", "", *body]
+    for name, caption in plots.items():
+        markdown += [f"## {caption}", "", f"![{caption}]({name})", ""]
     path = join(folder, "report.md")
     write_atomic(path, "\n".join(markdown))
     return path

@@ -6,7 +6,7 @@ Like the classifier's, it reads the records of the stages before it and nothing 
 
 from scaleforge.compress.report import slim_sentence
 from scaleforge.pipeline.records_lm import LMRecords
-from scaleforge.pipeline.report import ReportStage, new_figure, save_figure
+from scaleforge.pipeline.report import ReportStage, new_figure, save_figure, write_markdown
 from scaleforge.storage import join, read_bytes, write_atomic
 
 PLOTS = {
@@ -96,17 +96,9 @@ def write_report(records: LMRecords, folder: str) -> str:
         join(folder, "compression_bits_per_byte_vs_size.png"),
         read_bytes(join(records.compress.output, "bits_per_byte_vs_size_latency.png")),
     )
-    markdown = [
-        "# scaleforge pipeline report: the language model",
-        "",
-        "```",
-        final_table(records),
-        "```",
-        "",
-    ]
-    markdown += ["## Sample completions", ""]
+    samples = ["## Sample completions", ""]
     for sample in records.query.samples:
-        markdown += [
+        samples += [
             f"Prompt {sample.prompt!r}:",
             "",
             "```python",
@@ -114,11 +106,8 @@ def write_report(records: LMRecords, folder: str) -> str:
             "```",
             "",
         ]
-    for name, title in PLOTS.items():
-        markdown += [f"## {title}", "", f"![{title}]({name})", ""]
-    path = join(folder, "report.md")
-    write_atomic(path, "\n".join(markdown))
-    return path
+    title = "scaleforge pipeline report: the language model"
+    return write_markdown(folder, title, final_table(records), samples, PLOTS)
 
 
 def _draft_lengths(records: LMRecords, path: str) -> None:
