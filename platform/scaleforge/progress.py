@@ -26,13 +26,17 @@ class _Lines:
 
     def __init__(self):
         self.lines: list[str] = []
+        self.records: list[dict] = []
 
     def put(self, line: str) -> None:
         self.lines.append(line)
 
-    def take(self) -> list[str]:
-        lines, self.lines = self.lines, []
-        return lines
+    def put_record(self, record: dict) -> None:
+        self.records.append(record)
+
+    def take(self) -> tuple[list[str], list[dict]]:
+        taken, self.lines, self.records = (self.lines, self.records), [], []
+        return taken
 
 
 class ProgressChannel:
@@ -50,6 +54,8 @@ class ProgressChannel:
         self.lines = _Lines.options(scheduling_strategy=here).remote()
         self.job = context.get_job_id()
         self.alive = True
+        self.records: list[dict] = []
+        """What workers sent with :meth:`record` during the last :meth:`printing` block, in order."""
 
     @classmethod
     def shared(cls) -> "ProgressChannel":
@@ -70,18 +76,30 @@ class ProgressChannel:
             except RayActorError:  # gone with the driver's node, and the console with it
                 pass
 
+    def __getstate__(self) -> dict:
+        """What a worker gets: the actor's handle, not the records the driver holds."""
+        return {**self.__dict__, "records": []}
+
+    def record(self, entry: dict) -> None:
+        """From a worker: a structured entry (one training step) for the driver's :attr:`records`,
+        delivered in order with the lines this worker sends."""
+        self.lines.put_record.remote(entry)
+
     @contextmanager
     def printing(self, stream=None, every_s: float = 0.2) -> Iterator[None]:
-        """Print every line sent while the ``with`` block runs, and whatever is left when it ends."""
+        """Print every line sent while the ``with`` block runs, and whatever is left when it ends;
+        collect the records in :attr:`records`."""
         stream = stream or sys.stdout
         done = threading.Event()
+        self.records = []
 
         def drain() -> None:
             try:
-                lines = ray.get(self.lines.take.remote())
+                lines, records = ray.get(self.lines.take.remote())
             except RayActorError:
                 self.alive = False
                 return
+            self.records.extend(records)
             for line in lines:
                 print(line, file=stream, flush=True)
 

@@ -10,6 +10,7 @@ import ray._private.state as ray_state  # the GCS's actor table (no dashboard on
 import ray.cloudpickle
 import torch
 from conftest import REPO
+from step_resume import assert_resumed_at_the_next_unseen_batch
 
 from scaleforge.artifacts import load_artifact
 from scaleforge.config import TrainJobConfig, load_config
@@ -49,9 +50,10 @@ def _config(name, tmp_path, *overrides):
 @pytest.mark.slow
 def test_a_job_on_parquet_resumes_after_a_worker_death_from_the_buckets_checkpoint(ray_cluster, tmp_path, s3):
     """One job, as a user would run it on their own data: Parquet input, checkpoints and the artifact
-    all in a bucket (a real S3 server), a hook of their own, and rank 1 killed halfway through epoch 2.
-    The restart loads the epoch-1 checkpoint from the bucket, every epoch runs once, the hook's metric
-    rides along every epoch, and the exported weights score exactly what the job reported. (The full
+    all in a bucket (a real S3 server), a hook of their own, checkpoints every 5 steps and rank 1
+    killed in epoch 2, 3 steps after one. The restart loads that step's checkpoint from the bucket and
+    continues with the next unseen batch: every step after it runs once, every epoch once, the hook's
+    metric rides along every epoch, and the exported weights score exactly what the job reported. (The full
     config's bar and time limit through the same fault: ``bench/training.py``.)"""
     data = load_mnist1d(4000, 7, 0.2, "~/.cache/scaleforge")
     written = {}
@@ -67,8 +69,9 @@ def test_a_job_on_parquet_resumes_after_a_worker_death_from_the_buckets_checkpoi
         tmp_path,
         f"data.source={s3.uri('dp/data/train.parquet')}",
         f"data.test_path={s3.uri('dp/data/test.parquet')}",
-        "optim.epochs=3",
-        "fault.kill_worker_at_epoch=2",
+        "optim.epochs=3",  # 12 steps an epoch
+        "run.checkpoint_every_steps=5",
+        "fault.kill_worker_at_step=19",  # in epoch 2, 3 steps after the checkpoint of step 15
         f"run.storage_path={s3.uri('dp/runs')}",
         f"artifact.dir={s3.uri('dp/artifact')}",
     )
@@ -76,11 +79,10 @@ def test_a_job_on_parquet_resumes_after_a_worker_death_from_the_buckets_checkpoi
     result = run_training(cfg, hooks=[ParameterNorm()])
     summary = result.summary()
     assert result.metrics["test_accuracy"] > 0.4, summary  # 10 classes: chance is 0.1; 3 epochs on 3,200
-    assert (
-        "resumed from the checkpoint of epoch 1" in summary
-        and f"artifact: {s3.uri('dp/artifact')}" in summary
-    )
-    assert result.metrics["resumed_from_epoch"] == 1, "the restarted run did not resume from its checkpoint"
+    assert f"artifact: {s3.uri('dp/artifact')}" in summary
+    assert_resumed_at_the_next_unseen_batch(result, every=5, kill=19)
+    run_name = result.checkpoint_path.split("/dp/runs/")[1].split("/")[0]
+    assert is_file(join(s3.uri("dp/runs"), run_name, "step_log.jsonl"))  # beside the run's checkpoints
     assert [h["epoch"] for h in result.history] == [1, 2, 3], "epochs were repeated or skipped"
     assert [h["resumed_from_epoch"] for h in result.history] == [0, 1, 1]
     assert result.checkpoint_path.startswith("s3://scaleforge-test/dp/runs/train-")

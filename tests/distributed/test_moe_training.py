@@ -3,6 +3,7 @@
 import pytest
 import torch
 from conftest import REPO
+from step_resume import assert_resumed_at_the_next_unseen_batch
 
 from scaleforge.artifacts import load_artifact
 from scaleforge.config import TrainJobConfig, load_config
@@ -26,18 +27,21 @@ def _train(tmp_path, *overrides):
 def test_expert_parallel_resumes_from_per_rank_optimiser_shards_and_balancing_evens_the_load(
     ray_cluster, tmp_path
 ):
-    """Experts split over 2 workers (all_to_all), rank 1 killed in epoch 2: the restart takes each
-    rank's own optimiser shard and experts from the checkpoint, and the export gathers all 8 experts.
+    """Experts split over 2 workers (all_to_all), checkpoints every 10 steps, rank 1 killed in epoch 2,
+    6 steps after one: the restart takes each rank's own optimiser shard, experts and data position
+    from that checkpoint, and the export gathers all 8 experts.
     The same job without the balancing loss loads its experts less evenly (the full config's bars:
     ``bench/training.py``)."""
     result = _train(
         tmp_path / "with",
         "data.num_samples=6000",
-        "optim.epochs=3",
+        "optim.epochs=3",  # 18 steps an epoch
         "parallel.ep=2",
-        "fault.kill_worker_at_epoch=2",
+        "run.checkpoint_every_steps=10",
+        "fault.kill_worker_at_step=27",
     )
     unbalanced_cv = _load_cv_without_the_balancing_loss(6000, epochs=3)
+    assert_resumed_at_the_next_unseen_batch(result, every=10, kill=27)
     assert result.metrics["resumed_from_epoch"] == 1 and [h["epoch"] for h in result.history] == [1, 2, 3]
     artifact = load_artifact(result.artifact)
     assert artifact.manifest["model"]["num_experts"] == 8

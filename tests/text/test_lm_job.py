@@ -33,8 +33,13 @@ def _unigram_bits(data: bytes) -> float:
 def test_lm_tiny_learns_context_and_its_artifact_scores_text_as_reported(ray_cluster, tmp_path, capsys):
     cfg = load_config(
         TrainJobConfig,
-        REPO / "configs" / "train_lm_tiny.yaml",  # half its bytes, two epochs
-        [f"storage={tmp_path}", "data.max_train_bytes=150000", "optim.epochs=2"],
+        REPO / "configs" / "train_lm_tiny.yaml",  # half its bytes, two epochs, a worker lost in the second
+        [
+            f"storage={tmp_path}",
+            "data.max_train_bytes=150000",
+            "optim.epochs=2",
+            "fault.kill_worker_at_epoch=2",
+        ],
     )
     result = run_training(cfg)
     summary, console = result.summary(), capsys.readouterr().out
@@ -49,7 +54,10 @@ def test_lm_tiny_learns_context_and_its_artifact_scores_text_as_reported(ray_clu
     unigram = _unigram_bits(validation)
     print(f"validation bits/byte {bits:.3f}, unigram entropy of the same bytes {unigram:.3f}")
     assert bits < unigram - 0.5  # it uses context: no byte-frequency model gets there
+    # Rank 1 died halfway through epoch 2: the restart resumed from epoch 1's checkpoint (Ray Data shards,
+    # epoch checkpoints: the default path) and ran epoch 2 once.
     assert [h["epoch"] for h in result.history] == [1, 2]
+    assert "resumed from the checkpoint of epoch 1 after a failure" in summary
     assert f"loss curve: {result.loss_curve}" in summary and os.path.getsize(result.loss_curve) > 10_000
     assert result.history[-1]["bits_per_byte"] < result.history[0]["bits_per_byte"]
 
@@ -74,12 +82,20 @@ CASES = {
     ("configs/train_lm_tiny.yaml", "parallel.tp=2"): "parallel.tp (2) must divide model.num_heads (3)",
     ("configs/train_lm_tiny.yaml", "parallel.pp=2"): "parallel.pp (2) must be at most model.num_layers (1)",
     ("configs/train_lm_tiny.yaml", "parallel.fsdp=3"): "must divide scaling.num_workers (2)",
+    ("configs/train_lm_tiny.yaml", "scaling.num_workers={{min: 2, max: 4}}"): (
+        "scaling.num_workers {min: 2, max: 4}: Ray Train may run the group on any size in the range, "
+        "and 3 workers cannot take this layout"
+    ),
     (
         "configs/train_lm_1b.yaml",
         "scaling.device_memory_gb=12",
     ): "layout fsdp=4 x tp=2 needs 18.1 GB per device",
 }
-EXTRA = {"parallel.tp=2": ["model.num_heads=3", "model.d_model=66"], "parallel.pp=2": ["model.num_layers=1"]}
+EXTRA = {
+    "parallel.tp=2": ["model.num_heads=3", "model.d_model=66"],
+    "parallel.pp=2": ["model.num_layers=1"],
+    "scaling.num_workers={{min: 2, max: 4}}": ["parallel.fsdp=2"],  # an elastic range fsdp cannot take
+}
 
 
 def test_bad_lm_input_is_one_line_before_ray_starts(tmp_path):

@@ -2,31 +2,14 @@
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from scaleforge.config.capabilities import either
 from scaleforge.config.data import DataSpec, TrainDataSpec
 from scaleforge.config.models import CNN1dSpec, ModelSpec, check_task, family_names
 from scaleforge.config.storage_root import storage_layout
+from scaleforge.config.train_run import FaultSpec, RunSpec, ScalingSpec, _Section
 from scaleforge.distributed.dims import ParallelDims
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ScalingSpec(_Section):
-    """How many Ray Train workers, and what each one gets (``ray.train.ScalingConfig``)."""
-
-    num_workers: PositiveInt = 2
-    """Ray Train workers (ranks): ``parallel.dp * fsdp * tp * pp`` of them."""
-    use_gpu: bool = False
-    """One GPU per worker, NCCL backend; CPU workers use gloo."""
-    resources_per_worker: dict[str, float] = Field(default_factory=lambda: {"CPU": 1})
-    """Ray resources each worker reserves, e.g. ``{CPU: 2}`` or ``{CPU: 4, GPU: 1}``."""
-    device_memory_gb: Optional[PositiveFloat] = None
-    """Memory of each worker's device, in GB: a layout whose model state and activations need more
-    is refused before Ray starts (``jobs.train --plan`` prints what each layout needs)."""
 
 
 class OptimSpec(_Section):
@@ -63,41 +46,12 @@ class OptimSpec(_Section):
     """Seed for initialisation and shuffling."""
 
 
-class RunSpec(_Section):
-    """Where checkpoints go and how failures are handled (``ray.train.RunConfig``)."""
-
-    name: Optional[str] = None
-    """Run name under ``storage_path``; reusing a name resumes that run. Default: unique per launch."""
-    storage_path: str = "~/scaleforge/runs"
-    """Checkpoint storage: a local folder, or any URI of Ray's storage layer (``s3://bucket/prefix``)."""
-    max_failures: NonNegativeInt = 1
-    """Worker-group restarts from the latest checkpoint before the run fails."""
-    checkpoint_every: PositiveInt = 1
-    """Checkpoint every N epochs (and after the last)."""
-    keep_checkpoints: PositiveInt = 2
-    """Checkpoints retained in storage."""
-    log_every_steps: Optional[PositiveInt] = None
-    """A progress line every this many optimiser steps: tokens (or examples) per second and, for a
-    language model, model TFLOP/s and MFU."""
-    peak_tflops: Optional[PositiveFloat] = None
-    """Dense peak of one worker's device in TFLOP/s (``jobs.hwbench`` measures it): the MFU's denominator."""
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
-    """Ray Train's own console logging; WARNING leaves the per-epoch progress lines readable."""
-
-
 class ArtifactSpec(_Section):
     """Where the trained model is exported."""
 
     dir: str = "~/scaleforge/artifacts/model"
     """Artifact folder (``model.safetensors`` + ``manifest.json``), or a URI (``s3://bucket/prefix``);
     replaced atomically."""
-
-
-class FaultSpec(_Section):
-    """Deliberate failures, to prove recovery."""
-
-    kill_worker_at_epoch: Optional[PositiveInt] = None
-    """The last rank calls ``os._exit(1)`` halfway through this (1-based) epoch, once: not after a resume."""
 
 
 class ParallelSpec(_Section):
@@ -166,17 +120,53 @@ class TrainJobConfig(_Section):
                     f"(run.checkpoint_every={self.run.checkpoint_every}) "
                     f"and within optim.epochs ({self.optim.epochs})"
                 )
+        self._check_step_fault()
         self._check_parallel_layout()
+        self._check_elastic()
         check_task(self.data, self.model)
         return self
 
-    @property
-    def dims(self) -> ParallelDims:
-        """The resolved parallel layout (``parallel.dp`` filled in from the workers)."""
+    def _check_step_fault(self) -> None:
+        kill, fault = self.fault.kill_worker_at_step, self.fault
+        if kill is None:
+            return
+        every = self.run.checkpoint_every_steps
+        if fault.kill_worker_at_epoch is not None:
+            raise ValueError("set one of fault.kill_worker_at_epoch and fault.kill_worker_at_step")
+        if every is None or kill <= every:
+            raise ValueError(
+                f"fault.kill_worker_at_step ({kill}) must come after the first step checkpoint "
+                f"(run.checkpoint_every_steps={every})"
+            )
+        if self.run.max_failures < 1:
+            raise ValueError("fault.kill_worker_at_step needs run.max_failures >= 1 to recover")
+
+    def _check_elastic(self) -> None:
+        """Ray Train's elastic policy may start the group at any size of the range: every one must take
+        the layout (only data parallelism grows and shrinks)."""
+        scaling = self.scaling
+        if not scaling.elastic:
+            return
+        if self.parallel.dp is not None:
+            raise ValueError(
+                "parallel.dp is the elastic dimension: leave it out with scaling.num_workers "
+                f"{scaling.describe()}"
+            )
+        for size in range(scaling.min_workers, scaling.num_workers + 1):
+            try:
+                self.dims_at(size)
+            except ValueError as err:
+                raise ValueError(
+                    f"scaling.num_workers {scaling.describe()}: Ray Train may run the group on any size in "
+                    f"the range, and {size} workers cannot take this layout ({err})"
+                ) from None
+
+    def dims_at(self, workers: int) -> ParallelDims:
+        """The layout on ``workers`` ranks, ``parallel.dp`` filled in (an elastic group's current size)."""
         p = self.parallel
         return ParallelDims.resolve(
-            self.scaling.num_workers,
-            dp=p.dp,
+            workers,
+            dp=p.dp if workers == self.scaling.num_workers else None,
             fsdp=p.fsdp,
             tp=p.tp,
             pp=p.pp,
@@ -184,6 +174,18 @@ class TrainJobConfig(_Section):
             pp_schedule=p.pp_schedule,
             microbatches=p.microbatches,
         )
+
+    @property
+    def ordered_batches(self) -> bool:
+        """Whether the batches follow one seeded order that every worker reads (step checkpoints and
+        elastic groups need the data position to be the step)."""
+        return self.run.checkpoint_every_steps is not None or self.scaling.elastic
+
+    @property
+    def dims(self) -> ParallelDims:
+        """The resolved parallel layout (``parallel.dp`` filled in from the workers; an elastic
+        group's largest)."""
+        return self.dims_at(self.scaling.num_workers)
 
     def _check_parallel_layout(self) -> None:
         """The layout's own rules (:class:`ParallelDims`), then what it asks of the model and the batch."""

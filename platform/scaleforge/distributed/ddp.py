@@ -3,8 +3,9 @@
 Checkpoints hold one copy of the weights and of the optimiser state (rank 0's), in safetensors.
 """
 
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -12,7 +13,7 @@ from ray.train import DataConfig
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from scaleforge.distributed.batches import ShardBatches
+from scaleforge.distributed.batches import MeshBatches, ShardBatches, ordered_data_config
 from scaleforge.distributed.checkpoint import (
     load_model_weights,
     load_optimizer_state,
@@ -55,15 +56,31 @@ class DataParallel:
         )
 
     def batches(
-        self, batch_size: int, seed: int, num_train: int, columns: dict[str, torch.dtype]
-    ) -> ShardBatches:
+        self,
+        batch_size: int,
+        seed: int,
+        num_train: int,
+        columns: dict[str, torch.dtype],
+        slices: Optional[int] = None,
+    ) -> Union[ShardBatches, MeshBatches]:
+        """This rank's Ray Data shard or, given ``slices`` (step checkpoints, elastic runs), its slices
+        of one seeded order of the whole set."""
+        if slices:
+            return MeshBatches(
+                batch_size, seed, self.data_rank, self.data_world, columns, fixed_shapes=False, slices=slices
+            )
         return ShardBatches(batch_size, seed, num_train, self.data_rank, self.data_world, columns)
 
-    def train_step(self, batch: Batch, loss_fn: LossFn) -> tuple[torch.Tensor, torch.Tensor]:
-        with torch.autocast(batch.x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            logits = self.model(batch.x)
-            loss = loss_fn(logits.float(), batch)
-        loss.backward()
+    def train_step(
+        self, batch: Batch, loss_fn: LossFn, scale: float = 1.0, sync: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # DDP all-reduces in backward; an accumulating slice's forward and backward skip it (no_sync).
+        local = self.model.no_sync() if not sync and self.model is not self.module else nullcontext()
+        with local:
+            with torch.autocast(batch.x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                logits = self.model(batch.x)
+                loss = loss_fn(logits.float(), batch)
+            (loss * scale if scale != 1.0 else loss).backward()
         return loss, logits
 
     def clip_gradients(self, max_norm: float) -> float:
@@ -100,10 +117,11 @@ class DataParallel:
         return None
 
     @staticmethod
-    def data_config() -> DataConfig:
+    def data_config(ordered: bool) -> DataConfig:
         """Ray Data splits the training set across the workers; every worker reads the whole test set
-        and scores its share of it (:class:`~scaleforge.distributed.batches.ShardBatches`)."""
-        return DataConfig(datasets_to_split=["train"])
+        and scores its share of it (:class:`~scaleforge.distributed.batches.ShardBatches`). ``ordered``:
+        every worker reads both whole, in order (:class:`~scaleforge.distributed.batches.MeshBatches`)."""
+        return ordered_data_config() if ordered else DataConfig(datasets_to_split=["train"])
 
     @staticmethod
     def gather(folder: Path, model: nn.Module) -> nn.Module:

@@ -189,9 +189,12 @@ class ExpertParallel(DataParallel):
         shard_experts(layers, self.groups)
         return model
 
-    def train_step(self, batch: Batch, loss_fn: LossFn) -> tuple[torch.Tensor, torch.Tensor]:
-        loss, logits = super().train_step(batch, loss_fn)
-        sync_gradients(self.module, self.groups, self.prefixes)
+    def train_step(
+        self, batch: Batch, loss_fn: LossFn, scale: float = 1.0, sync: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        loss, logits = super().train_step(batch, loss_fn, scale, sync)
+        if sync:
+            sync_gradients(self.module, self.groups, self.prefixes)
         return loss, logits
 
     @torch.no_grad()

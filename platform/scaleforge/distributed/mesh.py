@@ -20,7 +20,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
 
-from scaleforge.distributed.batches import MeshBatches
+from scaleforge.distributed.batches import MeshBatches, ordered_data_config
 from scaleforge.distributed.dims import ParallelDims
 from scaleforge.distributed.memory import MemoryReport, memory_held
 from scaleforge.distributed.plan import ParallelPlan
@@ -83,7 +83,12 @@ class MeshParallel:
         return self.mesh.get_local_rank("pp") == self.dims.pp - 1 and self.mesh.get_local_rank("tp") == 0
 
     def batches(
-        self, batch_size: int, seed: int, num_train: int, columns: dict[str, torch.dtype]
+        self,
+        batch_size: int,
+        seed: int,
+        num_train: int,
+        columns: dict[str, torch.dtype],
+        slices: Optional[int] = None,
     ) -> MeshBatches:
         if extra := set(columns) - {"x", "y"}:
             raise ValueError(
@@ -91,13 +96,22 @@ class MeshParallel:
                 "train with data parallelism"
             )
         return MeshBatches(
-            batch_size, seed, self.data_rank, self.data_world, columns, fixed_shapes=self.schedule is not None
+            batch_size,
+            seed,
+            self.data_rank,
+            self.data_world,
+            columns,
+            fixed_shapes=self.schedule is not None,
+            slices=slices,
         )
 
     def train_step(
-        self, batch: Batch, loss_fn: LossFn
+        self, batch: Batch, loss_fn: LossFn, scale: float = 1.0, sync: bool = True
     ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-        """Forward and backward of one batch; gradients end up averaged over the data slices."""
+        """Forward and backward of one batch; gradients end up averaged over the data slices. A mesh
+        takes one slice per data rank per step (its layouts are refused for elastic ranges)."""
+        if scale != 1.0 or not sync:
+            raise ValueError(f"{self.dims.describe()} does not accumulate gradients over slices")
         if self.schedule is not None:
             self._loss, self._target = loss_fn, (batch.y.shape[1:], batch.y.dtype)
             loss, logits = self._pipeline(batch.x, batch.y, train=True)
@@ -185,21 +199,10 @@ class MeshParallel:
         load_stage(folder, self.module, optimizer, self.mesh.get_local_rank("pp"))
 
     @staticmethod
-    def data_config() -> "DataConfig":
+    def data_config(ordered: bool = True) -> "DataConfig":
         """Every worker reads the whole dataset in one fixed order, so ranks sharing a slice take the same
         rows."""
-        from ray.data import DataContext, ExecutionOptions  # Ray only where Ray Train asks: gloo unit tests
-        from ray.train import DataConfig  # import this module in processes of their own (1.5 s of CPU less)
-
-        # DataConfig.default_ingest_options() would copy exclude_resources, whose setter prints Ray's own
-        # deprecation warning on the job's console; the other defaults are DataContext's, as there.
-        defaults = DataContext.get_current().execution_options
-        options = ExecutionOptions(
-            resource_limits=defaults.resource_limits,
-            preserve_order=True,
-            verbose_progress=defaults.verbose_progress,
-        )
-        return DataConfig(datasets_to_split=[], execution_options=options)
+        return ordered_data_config()
 
     @staticmethod
     def gather(folder: Path, model: nn.Module) -> nn.Module:

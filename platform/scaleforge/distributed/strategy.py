@@ -50,7 +50,9 @@ class WorkerBatches(Protocol):
     eval_rows: int
     """Largest test batch (a pipeline's shapes are fixed by its training batch)."""
 
-    def train(self, epoch: int) -> Iterator[Batch]: ...
+    def train(self, epoch: int, start: int = 0) -> Iterator[list[Batch]]:
+        """This rank's batches of every step of ``epoch`` from step ``start`` on (only ordered batches
+        resume mid-epoch): one, or several whose gradients accumulate into the step."""
 
     def test(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
 
@@ -68,16 +70,25 @@ class ParallelModel(Protocol):
     once)."""
 
     def batches(
-        self, batch_size: int, seed: int, num_train: int, columns: dict[str, torch.dtype]
+        self,
+        batch_size: int,
+        seed: int,
+        num_train: int,
+        columns: dict[str, torch.dtype],
+        slices: Optional[int] = None,
     ) -> WorkerBatches:
         """This rank's training and test batches (``columns``: the dataset columns to read and their
-        dtypes: ``x``, ``y`` and what the hooks read)."""
+        dtypes: ``x``, ``y`` and what the hooks read). ``slices``: ordered batches, every step's rows a
+        function of the seed, epoch and step (so a run resumes mid-epoch), each global batch that many
+        slices of ``batch_size`` shared out over the data ranks."""
 
     def train_step(
-        self, batch: Batch, loss_fn: LossFn
+        self, batch: Batch, loss_fn: LossFn, scale: float = 1.0, sync: bool = True
     ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
         """Forward and backward (collective); gradients end up averaged over the data slices.
-        Returns ``(loss, logits)``, or ``(None, None)`` on ranks that do not report metrics."""
+        Returns ``(loss, logits)``, or ``(None, None)`` on ranks that do not report metrics.
+        Gradient accumulation: the loss is multiplied by ``scale`` before backward, and gradients are
+        only accumulated locally unless ``sync`` (the step's last slice)."""
 
     def clip_gradients(self, max_norm: float) -> float:
         """Scale every gradient so that the norm of the whole model's gradient is at most ``max_norm``
@@ -97,6 +108,18 @@ class ParallelModel(Protocol):
 
     def memory(self, optimizer: torch.optim.Optimizer) -> Optional[MemoryReport]:
         """Model-state bytes this rank holds, where the strategy splits them (``None``: replicated)."""
+
+
+def accumulate(
+    parallel: ParallelModel, slices: list[Batch], loss_fn: LossFn, global_slices: int
+) -> Iterator[tuple[Optional[torch.Tensor], Optional[torch.Tensor]]]:
+    """Forward and backward of this rank's ``slices`` of a global batch of ``global_slices`` slices
+    (collective): each loss weighted so that the step's gradient is the mean over the whole global
+    batch whatever the number of data ranks (an elastic group below its full size), all-reduced once,
+    with the last slice. ``(loss, logits)`` of each slice as ``train_step`` returns it, one at a time."""
+    scale = parallel.data_world / global_slices
+    for index, batch in enumerate(slices):
+        yield parallel.train_step(batch, loss_fn, scale, sync=index == len(slices) - 1)
 
 
 def strategy_for(dims: ParallelDims) -> type:

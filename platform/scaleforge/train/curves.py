@@ -1,6 +1,9 @@
-"""The loss curve of a training run, as a PNG next to its checkpoints."""
+"""The loss curve of a training run: its points as the workers log them, and a PNG next to its checkpoints."""
 
 from typing import Any
+
+import torch
+import torch.distributed as dist
 
 from scaleforge import storage
 from scaleforge.storage import write_atomic
@@ -37,3 +40,15 @@ def write_loss_curve(
     write_atomic(location, lambda out: figure.savefig(out, format="png", dpi=100))
     plt.close(figure)
     return storage.describe(location) if storage.is_uri(location) else str(location)
+
+
+def log_curve_point(
+    state: dict[str, Any], train: torch.Tensor, logged: torch.Tensor, world: int
+) -> torch.Tensor:
+    """Append the mean training loss since the last point to ``state["curve"]`` (collective)."""
+    interval = (train - logged)[[0, 2]].clone()
+    if world > 1:
+        dist.all_reduce(interval)
+    if interval[1] > 0:
+        state["curve"].append({"step": state["step"], "train_loss": (interval[0] / interval[1]).item()})
+    return train.clone()

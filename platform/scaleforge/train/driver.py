@@ -2,7 +2,7 @@
 
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -21,11 +21,11 @@ from scaleforge.models import build_model, count_parameters
 from scaleforge.progress import ProgressChannel
 from scaleforge.runtime import ensure_ray
 from scaleforge.text.tokenizer import ByteTokenizer
-from scaleforge.train.curves import write_loss_curve
 from scaleforge.train.hooks import TrainHook, default_hooks
 from scaleforge.train.hooks.throughput import throughput_hook
 from scaleforge.train.loop import WorkerRun, train_loop_per_worker
 from scaleforge.train.preflight import check_runnable
+from scaleforge.train.run_files import checkpoint_location, loss_curve, step_log
 
 _REPORTED = ("test_accuracy", "test_loss", "train_accuracy", "train_loss", "bits_per_byte")
 
@@ -45,6 +45,33 @@ class TrainingResult:
     wall_s: float
     notes: list[str]
     """The hooks' summary lines."""
+    step_log: list[dict[str, Any]] = field(default_factory=list)
+    """With ``run.checkpoint_every_steps``: every optimiser step every attempt took, in order (step,
+    epoch, loss, global batch, workers, and the step the attempt resumed from), as sent by one rank."""
+
+    def repeated_steps(self) -> int:
+        """Steps of the step log that ran more than once (lost with a worker, run again after a restart)."""
+        return len(self.step_log) - len({entry["step"] for entry in self.step_log})
+
+    def _recovery(self) -> list[str]:
+        """What the summary says about restarts and an elastic group's sizes."""
+        lines = []
+        if len(sizes := sorted({entry["workers"] for entry in self.step_log})) > 1:
+            rows = sorted({entry["global_batch"] for entry in self.step_log})
+            lines.append(
+                f"elastic group: steps ran on {' and '.join(map(str, sizes))} workers, "
+                f"global batch {' and '.join(map(str, rows))} rows"
+            )
+        if self.metrics.get("resumed_from_step"):
+            lines.append(
+                f"resumed from the checkpoint of step {self.metrics['resumed_from_step']} after a restart "
+                f"({self.repeated_steps()} steps run twice)"
+            )
+        elif self.metrics.get("resumed_from_epoch"):
+            lines.append(
+                f"resumed from the checkpoint of epoch {self.metrics['resumed_from_epoch']} after a failure"
+            )
+        return lines
 
     def summary(self) -> str:
         after = (
@@ -63,10 +90,7 @@ class TrainingResult:
         lines = [f"{quality} {after}", *self.notes]
         if "memory_per_worker" in self.metrics:
             lines.append(describe_memory(self.metrics))
-        if self.metrics.get("resumed_from_epoch"):
-            lines.append(
-                f"resumed from the checkpoint of epoch {self.metrics['resumed_from_epoch']} after a failure"
-            )
+        lines += self._recovery()
         lines.append(f"artifact: {self.artifact} ({self.num_parameters:,} parameters)")
         lines.append(f"checkpoints: {self.checkpoint_path}")
         if self.loss_curve:
@@ -101,7 +125,8 @@ def run_training(
     strategy = strategy_for(dims)
     run_name = cfg.run.name or f"train-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     progress = ProgressChannel.shared()
-    trainer = _trainer(cfg, data, hooks, strategy.data_config(), run_name, progress)
+    progress.records = []  # the shared channel's records are this run's
+    trainer = _trainer(cfg, data, hooks, strategy.data_config(cfg.ordered_batches), run_name, progress)
     with progress.printing():
         result = trainer.fit()
     with result.checkpoint.as_directory() as folder:
@@ -115,18 +140,20 @@ def run_training(
     metrics = {
         **state["history"][-1],
         "resumed_from_epoch": state["resumed_from_epoch"],
+        "resumed_from_step": state["resumed_from_step"] if cfg.ordered_batches else 0,
         **state.get("memory", {}),
     }
     return TrainingResult(
         metrics=metrics,
         history=state["history"],
         artifact=artifact,
-        checkpoint_path=_checkpoint_location(cfg.run.storage_path, run_name, result.checkpoint.path),
-        loss_curve=_loss_curve(cfg.run.storage_path, run_name, result.checkpoint.path, state),
+        checkpoint_path=checkpoint_location(cfg.run.storage_path, run_name, result.checkpoint.path),
+        loss_curve=loss_curve(cfg.run.storage_path, run_name, result.checkpoint.path, state),
         num_workers=scaling.num_workers,
         num_parameters=count_parameters(model),
         wall_s=time.perf_counter() - started,
         notes=[line for hook in hooks for line in hook.summary(metrics)],
+        step_log=step_log(cfg.run.storage_path, run_name, result.checkpoint.path, progress.records),
     )
 
 
@@ -139,11 +166,15 @@ def _trainer(
         train_loop_per_worker,
         train_loop_config={"run": WorkerRun(cfg, cfg.dims, asdict(data.info), hooks, progress)},
         scaling_config=ScalingConfig(
-            num_workers=scaling.num_workers,
+            num_workers=(scaling.min_workers, scaling.num_workers)
+            if scaling.elastic
+            else scaling.num_workers,
             use_gpu=scaling.use_gpu,
             resources_per_worker=dict(scaling.resources_per_worker),
+            elastic_resize_monitor_interval_s=scaling.resize_interval_s,
         ),
-        torch_config=TorchConfig(backend="nccl" if scaling.use_gpu else "gloo"),
+        # On GPUs, CUDA tensors go over NCCL and the loop's small CPU totals over gloo.
+        torch_config=TorchConfig(backend="cpu:gloo,cuda:nccl" if scaling.use_gpu else "gloo"),
         run_config=RunConfig(
             name=run_name,
             storage_path=storage.normalize(
@@ -190,31 +221,4 @@ def _export(cfg: TrainJobConfig, data: TrainingData, hooks, model, state: dict, 
         metrics={k: final[k] for k in _REPORTED if k in final},
         extra={"training": training, **extra},
         **shapes,
-    )
-
-
-def _loss_curve(storage_path: str, run_name: str, checkpoint: str, state: dict) -> Optional[str]:
-    """The loss-curve PNG in the run's folder, if the run logged a curve (``run.log_every_steps``)."""
-    if not state.get("curve"):
-        return None
-    return write_loss_curve(
-        _run_file(storage_path, run_name, checkpoint, "loss_curve.png"),
-        state["curve"],
-        state["history"],
-        state["step"] // len(state["history"]),
-    )
-
-
-def _checkpoint_location(storage_path: str, run_name: str, path: str) -> str:
-    """Where the final checkpoint is, as the user named the storage (``s3://...``, not ``bucket/...``)."""
-    return _run_file(storage_path, run_name, path, Path(path).name)
-
-
-def _run_file(storage_path: str, run_name: str, checkpoint: str, name: str) -> str:
-    """``name`` in the run's folder (where its checkpoint ``checkpoint`` is), as the user named the
-    storage."""
-    return (
-        storage.join(storage_path, run_name, name)
-        if storage.is_uri(storage_path)
-        else str(Path(checkpoint).parent / name)
     )

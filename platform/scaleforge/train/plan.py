@@ -158,7 +158,7 @@ def memory_plan(cfg: TrainJobConfig, input_dim: int, num_classes: int) -> tuple[
         parameters = sum(p.numel() for p in build_model(cfg.model, input_dim, num_classes).parameters())
     lines = [
         f"memory per device (GiB), {cfg.model.name} of {parameters / 1e6:,.1f}M parameters, "
-        f"{cfg.scaling.num_workers} workers, batch "
+        f"{cfg.scaling.describe()} workers, batch "
         f"{cfg.optim.batch_size} x {input_dim} per data rank"
         + (f", {device:g} GB each" if device else " (no scaling.device_memory_gb declared)"),
         header,
@@ -170,7 +170,23 @@ def memory_plan(cfg: TrainJobConfig, input_dim: int, num_classes: int) -> tuple[
             f"{row.optimizer / _GIB:>11.2f}{row.activations / _GIB:>13.2f}{row.total / _GIB:>11.2f}  {fits}"
             + ("  <- this job" if index == 0 else "")
         )
+    if cfg.scaling.elastic:
+        lines.append(_smallest_size(cfg, input_dim, num_classes))
     return "\n".join(lines), rows
+
+
+def _smallest_size(cfg: TrainJobConfig, input_dim: int, num_classes: int) -> str:
+    """The line for an elastic group at the smallest size of its range."""
+    smallest = cfg.scaling.min_workers
+    row = layout_memory(cfg, cfg.dims_at(smallest), input_dim, num_classes)
+    accumulated = math.ceil(cfg.dims.data_world / row.dims.data_world)
+    return (
+        f"elastic {cfg.scaling.describe()}: at {smallest} worker{'s' if smallest > 1 else ''} "
+        f"({row.dims.describe()}) each device holds {row.total / _GIB:.2f} GiB, a rank running up to "
+        f"{accumulated} slices of "
+        f"{cfg.optim.batch_size} rows per step so the global batch stays "
+        f"{cfg.optim.batch_size * cfg.dims.data_world}"
+    )
 
 
 def check_fits(cfg: TrainJobConfig, input_dim: int, num_classes: int) -> None:

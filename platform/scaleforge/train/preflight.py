@@ -26,6 +26,10 @@ def check_runnable(cfg: TrainJobConfig) -> None:
             f"scaling.num_workers ({cfg.scaling.num_workers}) is larger than the number of "
             f"training examples ({info.num_train})"
         )
+    if (kill := cfg.fault.kill_worker_at_step) is not None:
+        steps = cfg.optim.epochs * (info.num_train // (cfg.optim.batch_size * cfg.dims.data_world))
+        if kill > steps:
+            raise ConfigError(f"fault.kill_worker_at_step ({kill}) is after the run's last step ({steps})")
     try:
         with torch.device("meta"):  # shapes only: nothing is allocated, whatever the model's size
             build_model(cfg.model, info.input_dim, info.num_classes)

@@ -17,8 +17,9 @@ from scaleforge.train.hooks.token_distill import TokenDistillation
 def default_hooks(cfg) -> list[TrainHook]:
     """The hooks a :class:`~scaleforge.config.TrainJobConfig` asks for by itself."""
     hooks: list[TrainHook] = [ExpertLoad(), FamilyExports()]
-    if cfg.fault.kill_worker_at_epoch is not None:
-        hooks.append(KillWorker(cfg.fault.kill_worker_at_epoch))
+    fault = cfg.fault
+    if fault.kill_worker_at_epoch is not None or fault.kill_worker_at_step is not None:
+        hooks.append(KillWorker(fault.kill_worker_at_epoch, fault.kill_worker_at_step))
     return hooks
 
 

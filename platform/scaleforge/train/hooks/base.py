@@ -23,6 +23,10 @@ class WorkerContext:
     model: ParallelModel
     progress: ProgressChannel
     """Lines for the driver's console."""
+    start_step: int = 0
+    """Optimiser steps taken before this attempt (0, or the step of the checkpoint it resumed from)."""
+    step: int = 0
+    """Optimiser steps taken so far (set before every :meth:`TrainHook.on_step`)."""
 
 
 class TrainHook:
