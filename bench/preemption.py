@@ -66,19 +66,19 @@ def _config(output: str, name: str, workers: str) -> TrainJobConfig:
     )
 
 
-def _wait_for_step(done, deadline_s: float = 600) -> None:
-    """Until a step the driver has received satisfies ``done(entry)``."""
+def _wait_for_step(done, events: dict, deadline_s: float = 600) -> None:
+    """Until a step the driver has received satisfies ``done(entry)``; refused once the run has ended."""
     deadline = time.monotonic() + deadline_s
     while not any(done(entry) for entry in ProgressChannel.shared().records):
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline or events.keys() & {"result", "error"}:
             raise TimeoutError("the run never reached the step the drill waits for")
         time.sleep(0.2)
 
 
 def _take_a_node_then_add_one(machines: Machines, add_node, events: dict) -> None:
-    """The drill's other side, in the background: a spot notice, the node's loss, a fresh node."""
+    """The drill's other side: a spot notice, the node's loss, a fresh node."""
     cluster = machines.cluster
-    _wait_for_step(lambda entry: entry["workers"] == 3 and entry["step"] >= 60)
+    _wait_for_step(lambda entry: entry["workers"] == 3 and entry["step"] >= 60, events)
     node = node_of("RayTrainWorker", cluster)
     events["drained_at"] = time.time()
     subprocess.run(
@@ -101,20 +101,34 @@ def _take_a_node_then_add_one(machines: Machines, add_node, events: dict) -> Non
     )
     time.sleep(max(0.0, events["drained_at"] + DEADLINE_S - time.time()))
     cluster.remove_node(node, allow_graceful=False)  # what the cloud does at the deadline
-    _wait_for_step(lambda entry: entry["workers"] == 2)
+    _wait_for_step(lambda entry: entry["workers"] == 2, events)
     events["added_at"] = time.time()
     add_node()
 
 
 def _drained(machines: Machines, add_node, output: str) -> dict:
+    """The elastic run in a background thread, the drill here: a raylet can only be started from the
+    main thread (Ray's node registers a SIGTERM handler)."""
     from scaleforge.train import run_training
 
     events: dict = {}
     ProgressChannel.shared().records = []  # the uninterrupted run's steps are not this run's
-    drill = threading.Thread(target=_take_a_node_then_add_one, args=(machines, add_node, events), daemon=True)
-    drill.start()
-    result = run_training(_config(output, "drained", "{min: 1, max: 3}"))
-    return {"result": result, **events}
+
+    def train() -> None:
+        try:
+            events["result"] = run_training(_config(output, "drained", "{min: 1, max: 3}"))
+        except BaseException as error:  # noqa: BLE001 - re-raised in the main thread below
+            events["error"] = error
+
+    run = threading.Thread(target=train, daemon=True)
+    run.start()
+    try:
+        _take_a_node_then_add_one(machines, add_node, events)
+    finally:
+        run.join()
+    if "error" in events:
+        raise events["error"]
+    return events
 
 
 def _restarts(log: list[dict]) -> list[dict]:
