@@ -126,8 +126,8 @@ def _drained(machines: Machines, add_node, output: str) -> dict:
         _take_a_node_then_add_one(machines, add_node, events)
     finally:
         run.join()
-    if "error" in events:
-        raise events["error"]
+        if "error" in events:  # what ended the run, rather than the drill's wait for it
+            raise events["error"]
     return events
 
 
