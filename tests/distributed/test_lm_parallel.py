@@ -1,10 +1,13 @@
 """configs/train_lm_tiny.yaml's model under every layout (dp, ep, tp, pp GPipe and 1F1B, fsdp; dp x tp,
 fsdp x tp, dp x pp) on gloo processes, through the strategies Ray Train's workers use, trains exactly
-what one process trains on the same standard-library bytes, gradient clipping included; tp, pp and
-fsdp at degree 2 each hold at most 0.55x of one process's model and optimiser state."""
+what one process trains on the same standard-library bytes, gradient clipping included, with its
+activations kept or recomputed (``parallel.activation_checkpointing``), and a step accumulated over
+4 batches equals one step of a 4x batch; tp, pp and fsdp at degree 2 each hold at most 0.55x of one
+process's model and optimiser state."""
 
 import itertools
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -15,10 +18,11 @@ from scaleforge.config import TrainJobConfig, load_config
 from scaleforge.distributed import ParallelDims
 from scaleforge.distributed.batches import ReplicatedBatches
 from scaleforge.distributed.memory import memory_held
-from scaleforge.distributed.strategy import Batch, cross_entropy, parallelize
+from scaleforge.distributed.strategy import Batch, accumulate, cross_entropy, parallelize
 from scaleforge.models import MoESpec, TransformerLMSpec, build_model, count_parameters
 from scaleforge.models.moe import auxiliary_loss
 from scaleforge.models.plans import TRANSFORMER_LM
+from scaleforge.models.recompute import set_activation_checkpointing
 from scaleforge.text.corpus import load_corpus
 from scaleforge.text.dataset import windows
 from scaleforge.text.tokenizer import ByteTokenizer
@@ -46,6 +50,11 @@ FOUR_RANKS = {
     "dp=2 x pp=2": (DENSE, dict(dp=2, pp=2)),
 }
 MEMORY_LAYOUTS = {"tp=2": dict(tp=2), "pp=2": dict(pp=2), "fsdp=2": dict(fsdp=2)}
+RECOMPUTE = ("full", "selective")
+ACCUMULATE = 4
+ACCUMULATED = {"dp=2", "tp=2", "pp=2 1f1b", "fsdp=2", "fsdp=2 x tp=2", "dp=2 x pp=2"}
+"""The dense layouts: the MoE balancing loss is a function of each batch's routing, so 4 batches'
+mean is not a 4x batch's."""
 
 
 def _tokens():
@@ -54,20 +63,22 @@ def _tokens():
     return torch.from_numpy(x).long(), torch.from_numpy(y).long()
 
 
-def _model(spec):
+def _model(spec, recompute="none"):
     torch.manual_seed(0)
-    return build_model(spec, SEQ, ByteTokenizer.vocab_size)
+    model = build_model(spec, SEQ, ByteTokenizer.vocab_size)
+    set_activation_checkpointing(model, recompute)
+    return model
 
 
 def _loss(module):
     return lambda logits, batch: cross_entropy(logits, batch) + auxiliary_loss(module)
 
 
-def _single_process_losses(spec):
+def _single_process_losses(spec, batch=BATCH):
     model, (x, y) = _model(spec), _tokens()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     losses = []
-    for bx, by in itertools.islice(ReplicatedBatches(x, y, BATCH, 0, 1, seed=0).epoch(0), STEPS):
+    for bx, by in itertools.islice(ReplicatedBatches(x, y, batch, 0, 1, seed=0).epoch(0), STEPS):
         optimizer.zero_grad()
         loss = _loss(model)(model(bx), Batch(bx, by))
         loss.backward()
@@ -77,9 +88,9 @@ def _single_process_losses(spec):
     return losses
 
 
-def _split(spec, layout):
+def _split(spec, layout, recompute="none"):
     dims = ParallelDims.resolve(dist.get_world_size(), **{"dp": 1, "microbatches": 4, **layout})
-    split = parallelize(_model(spec), dims, TRANSFORMER_LM, torch.device("cpu"))
+    split = parallelize(_model(spec, recompute), dims, TRANSFORMER_LM, torch.device("cpu"))
     return split, torch.optim.AdamW(split.module.parameters(), lr=LR)
 
 
@@ -97,11 +108,35 @@ def _train(split, optimizer, batches):
     return losses
 
 
-def _numerics(spec, layout):
-    split, optimizer = _split(spec, layout)
+def _numerics(spec, layout, recompute="none"):
+    split, optimizer = _split(spec, layout, recompute)
     x, y = _tokens()
     batches = ReplicatedBatches(x, y, BATCH // split.data_world, split.data_rank, split.data_world, seed=0)
     return _train(split, optimizer, itertools.islice(batches.epoch(0), STEPS))
+
+
+def _accumulated(spec, layout):
+    """STEPS steps of a global batch of ACCUMULATE x BATCH rows, each rank accumulating ACCUMULATE
+    batches of its slices as the trainer does (``optim.accumulate_steps``)."""
+    split, optimizer = _split(spec, layout)
+    x, y = _tokens()
+    slices = split.data_world * ACCUMULATE
+    steps = ReplicatedBatches(
+        x, y, ACCUMULATE * BATCH // slices, split.data_rank, split.data_world, 0, slices
+    )
+    losses = []
+    for rows in itertools.islice(steps.rows(0), STEPS):
+        optimizer.zero_grad()
+        batches = [Batch(x[r], y[r]) for r in rows]
+        mine = torch.zeros(2, dtype=torch.float64)
+        for loss, _ in accumulate(split, batches, _loss(split.module), slices):
+            if loss is not None:
+                mine += torch.tensor([loss.item(), 1.0], dtype=torch.float64)
+        norm = split.clip_gradients(CLIP)
+        optimizer.step()
+        dist.all_reduce(mine)
+        losses.append(((mine[0] / mine[1]).item(), norm))
+    return losses
 
 
 def _memory(layout):
@@ -114,6 +149,16 @@ def _memory(layout):
 def _work(layouts, memory_layouts):
     return {
         "losses": {name: _numerics(spec, layout) for name, (spec, layout) in layouts.items()},
+        "recomputed": {
+            f"{name} {mode}": _numerics(spec, layout, mode)
+            for name, (spec, layout) in layouts.items()
+            for mode in RECOMPUTE
+        },
+        "accumulated": {
+            name: _accumulated(spec, layout)
+            for name, (spec, layout) in layouts.items()
+            if name in ACCUMULATED
+        },
         "memory": {name: _memory(layout) for name, layout in memory_layouts.items()},
     }
 
@@ -130,7 +175,11 @@ def four_ranks(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference():
-    return {"dense": _single_process_losses(DENSE), "moe": _single_process_losses(MOE)}
+    return {
+        "dense": _single_process_losses(DENSE),
+        "moe": _single_process_losses(MOE),
+        "dense x4": _single_process_losses(DENSE, ACCUMULATE * BATCH),
+    }
 
 
 @pytest.mark.parametrize("name", [*TWO_RANKS, *FOUR_RANKS])
@@ -152,6 +201,32 @@ def test_loss_at_each_of_five_steps_equals_one_process(name, two_ranks, four_ran
         )
         assert losses == pytest.approx(expected_losses, abs=1e-4), name
         assert norms == pytest.approx(expected_norms, rel=1e-4), name
+
+
+@pytest.mark.parametrize("mode", RECOMPUTE)
+@pytest.mark.parametrize("name", [*TWO_RANKS, *FOUR_RANKS])
+def test_recomputed_activations_give_the_same_loss_at_each_step(name, mode, two_ranks, four_ranks):
+    """``parallel.activation_checkpointing``: the same layout with its layers' activations recomputed in
+    backward (every op, or all but matmuls and attention) takes the same steps as with them kept."""
+    for result in two_ranks if name in TWO_RANKS else four_ranks:
+        kept, recomputed = result["losses"][name], result["recomputed"][f"{name} {mode}"]
+        assert [loss for loss, _ in recomputed] == pytest.approx([loss for loss, _ in kept], abs=1e-5), name
+        assert [norm for _, norm in recomputed] == pytest.approx([norm for _, norm in kept], rel=1e-5), name
+
+
+@pytest.mark.parametrize("name", sorted(ACCUMULATED))
+def test_four_accumulated_batches_make_the_step_of_a_four_times_larger_one(
+    name, two_ranks, four_ranks, reference
+):
+    """``optim.accumulate_steps: 4``: each rank runs 4 batches and all-reduces once; the step equals one
+    process's step on the 4x batch, gradient norm included."""
+    expected_losses, expected_norms = zip(*reference["dense x4"])
+    for result in two_ranks if name in TWO_RANKS else four_ranks:
+        losses, norms = zip(*result["accumulated"][name])
+        gap = np.abs(np.subtract(losses, expected_losses)).max()
+        print(f"{name}: max |loss - one process at 4x batch| = {gap:.1e}")
+        assert losses == pytest.approx(expected_losses, abs=1e-5), name
+        assert norms == pytest.approx(expected_norms, rel=1e-5), name
 
 
 def test_tp_pp_fsdp_each_hold_at_most_055_of_one_process(two_ranks):

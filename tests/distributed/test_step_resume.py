@@ -19,24 +19,38 @@ from scaleforge.train import run_training
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("split", ["fsdp", "pp"])
-def test_the_split_language_model_resumes_at_the_next_unseen_batch(ray_cluster, tmp_path, split):
+@pytest.mark.parametrize(
+    "split, levers, kill",
+    [
+        # 14 steps an epoch: 4 batches of 16 rows a step (2 ranks x 2 accumulated), layers recomputed
+        ("fsdp", ["optim.accumulate_steps=2", "parallel.activation_checkpointing=full"], 25),
+        ("pp", ["parallel.activation_checkpointing=selective"], 35),  # 57 steps an epoch
+    ],
+)
+def test_the_split_language_model_resumes_at_the_next_unseen_batch(
+    ray_cluster, tmp_path, split, levers, kill
+):
+    """Also the levers of a model that does not fit (``optim.accumulate_steps``,
+    ``parallel.activation_checkpointing``) through Ray Train: their numerics against one process are
+    ``tests/distributed/test_lm_parallel.py``'s."""
     cfg = load_config(
         TrainJobConfig,
         REPO / "configs/train_lm_tiny.yaml",
         [
             f"storage={tmp_path}",
             f"parallel.{split}=2",
-            "data.max_train_bytes=60000",  # 28 steps an epoch under fsdp=2, 57 under pp=2
+            "data.max_train_bytes=60000",
             "data.max_validation_bytes=10000",
             "optim.epochs=2",
             "run.checkpoint_every_steps=10",
-            "fault.kill_worker_at_step=35",
+            f"fault.kill_worker_at_step={kill}",
+            *levers,
         ],
     )
     result = run_training(cfg)
-    assert_resumed_at_the_next_unseen_batch(result, every=10, kill=35)
+    assert_resumed_at_the_next_unseen_batch(result, every=10, kill=kill)
     assert result.history[-1]["bits_per_byte"] < result.history[0]["bits_per_byte"] < 5.0
+    assert result.step_log[0]["global_batch"] == cfg.optim.batch_size * cfg.global_slices  # 64 rows under fsdp
     assert "[memory] rank 1:" in result.summary()  # what each rank of the split holds
     artifact = load_artifact(result.artifact)
     assert artifact.manifest["training"]["parallel"][split] == 2

@@ -33,6 +33,8 @@ class Capabilities:
     """Quantization schemes it accepts (``int8_static`` needs fusable Conv/Linear blocks)."""
     exits: int = 1
     """Exits (heads) the network answers from; more than one: servable as a cascade of its own exits."""
+    recomputes: bool = False
+    """Its layers can recompute their activations in backward (``parallel.activation_checkpointing``)."""
 
     def __post_init__(self):
         for field, given, known in (

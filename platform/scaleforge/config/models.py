@@ -172,7 +172,7 @@ class TransformerSpec(_TransformerLayers):
     layers, ReLU feed-forward)."""
 
     name: Literal["transformer"] = "transformer"
-    capabilities = Capabilities(splits=frozenset(SPLITS))
+    capabilities = Capabilities(splits=frozenset(SPLITS), recomputes=True)
     patch_size: PositiveInt = 4
     """Consecutive sequence values embedded together as one token."""
 
@@ -190,6 +190,7 @@ class TransformerLMSpec(_TransformerLayers):
         task="language_model",
         splits=frozenset(SPLITS),
         compress_steps=frozenset({"distill", "quantize", "export"}),  # pruning fine-tunes a classifier
+        recomputes=True,
     )
     context: PositiveInt = 256
     """Longest sequence the model attends over (rows of its learned position table)."""

@@ -7,6 +7,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from scaleforge.config.capabilities import either
 from scaleforge.config.data import DataSpec, TrainDataSpec
 from scaleforge.config.models import CNN1dSpec, ModelSpec, check_task, family_names
+from scaleforge.config.parallel import ParallelSpec
 from scaleforge.config.storage_root import storage_layout
 from scaleforge.config.train_run import FaultSpec, RunSpec, ScalingSpec, _Section
 from scaleforge.distributed.dims import ParallelDims
@@ -18,7 +19,11 @@ class OptimSpec(_Section):
     epochs: PositiveInt = 10
     """Passes over the training set."""
     batch_size: PositiveInt = 128
-    """Per-worker batch; the global batch is ``batch_size * scaling.num_workers``."""
+    """Rows of one forward pass per data rank; the global batch is ``batch_size * data ranks *
+    accumulate_steps``."""
+    accumulate_steps: PositiveInt = 1
+    """Batches whose gradients add up to one optimiser step, all-reduced once, with the last (DDP
+    ``no_sync``, FSDP ``set_requires_gradient_sync``): the step of one batch this many times larger."""
     optimizer: Literal["adamw", "sgd"] = "adamw"
     """``adamw`` or ``sgd`` (Nesterov momentum)."""
     lr: PositiveFloat = 3e-3
@@ -52,33 +57,6 @@ class ArtifactSpec(_Section):
     dir: str = "~/scaleforge/artifacts/model"
     """Artifact folder (``model.safetensors`` + ``manifest.json``), or a URI (``s3://bucket/prefix``);
     replaced atomically."""
-
-
-class ParallelSpec(_Section):
-    """How the model is split across workers (data parallel by default).
-
-    The degrees multiply to ``scaling.num_workers``; ``TrainJobConfig`` checks the layout once,
-    before Ray starts. Supported: each of ``fsdp``, ``tp``, ``pp`` alone or with ``dp``, and
-    ``fsdp`` with ``tp``; ``ep`` with ``dp``.
-    """
-
-    dp: Optional[PositiveInt] = None
-    """Data-parallel replicas. Default: the workers left after ``fsdp * tp * pp``."""
-    fsdp: PositiveInt = 1
-    """Fully-sharded data parallel (FSDP2 ``fully_shard``): parameters, gradients and optimiser
-    state split over this many workers, each training on its own data."""
-    tp: PositiveInt = 1
-    """Tensor parallel (transformer): attention heads and feed-forward columns split over this
-    many workers (Megatron layout, DTensor ``parallelize_module``)."""
-    pp: PositiveInt = 1
-    """Pipeline parallel (transformer): consecutive layers split into this many stages."""
-    pp_schedule: Literal["gpipe", "1f1b"] = "1f1b"
-    """Pipeline schedule: ``gpipe`` (all forwards, then all backwards) or ``1f1b`` (interleaved,
-    fewer activations held)."""
-    microbatches: PositiveInt = 4
-    """Micro-batches per pipeline step; must divide ``optim.batch_size``."""
-    ep: PositiveInt = 1
-    """Expert-parallel degree (MoE models): each group of ``ep`` workers splits the experts."""
 
 
 class TrainJobConfig(_Section):
@@ -120,6 +98,11 @@ class TrainJobConfig(_Section):
                     f"(run.checkpoint_every={self.run.checkpoint_every}) "
                     f"and within optim.epochs ({self.optim.epochs})"
                 )
+        if self.parallel.activation_checkpointing != "none" and not self.model.capabilities.recomputes:
+            layered = either(family_names(lambda c: c.recomputes))
+            raise ValueError(
+                f"parallel.activation_checkpointing needs transformer layers: model.name={layered}"
+            )
         self._check_step_fault()
         self._check_parallel_layout()
         self._check_elastic()
@@ -178,8 +161,15 @@ class TrainJobConfig(_Section):
     @property
     def ordered_batches(self) -> bool:
         """Whether the batches follow one seeded order that every worker reads (step checkpoints and
-        elastic groups need the data position to be the step)."""
-        return self.run.checkpoint_every_steps is not None or self.scaling.elastic
+        elastic groups need the data position to be the step; accumulation takes its slices)."""
+        resumable = self.run.checkpoint_every_steps is not None or self.scaling.elastic
+        return resumable or self.optim.accumulate_steps > 1
+
+    @property
+    def global_slices(self) -> int:
+        """Batches of ``optim.batch_size`` rows in a global batch: the full group's data ranks, times
+        ``optim.accumulate_steps``."""
+        return self.dims.data_world * self.optim.accumulate_steps
 
     @property
     def dims(self) -> ParallelDims:

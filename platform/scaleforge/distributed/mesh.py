@@ -48,6 +48,8 @@ class MeshParallel:
             raise ValueError(f"{dims.describe()} trains in fp32 only")
         self.dims, self.device, self.mesh = dims, device, dims.build_mesh(device.type)
         self._loss: Optional[LossFn] = None
+        self._scale = 1.0
+        """The loss weight of the slice being trained (gradient accumulation)."""
         model.to(device)
         if dims.tp_enabled:
             parallelize_module(model, self.mesh["tp"], _required(plan.tensor_parallel, "tensor", dims)(model))
@@ -64,7 +66,7 @@ class MeshParallel:
             _required(plan.pipeline_stage, "pipeline", dims)(model, stage, dims.pp)
             pipeline = PipelineStage(model, stage, dims.pp, device, group=self.mesh["pp"].get_group())
             self.schedule = _SCHEDULES[dims.pp_schedule](
-                pipeline, dims.microbatches, loss_fn=self._stage_loss
+                pipeline, dims.microbatches, loss_fn=self._stage_loss, scale_grads=False
             )
         self.module = model
 
@@ -108,19 +110,22 @@ class MeshParallel:
     def train_step(
         self, batch: Batch, loss_fn: LossFn, scale: float = 1.0, sync: bool = True
     ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-        """Forward and backward of one batch; gradients end up averaged over the data slices. A mesh
-        takes one slice per data rank per step (its layouts are refused for elastic ranges)."""
-        if scale != 1.0 or not sync:
-            raise ValueError(f"{self.dims.describe()} does not accumulate gradients over slices")
+        """Forward and backward of one batch; gradients end up averaged over the data slices once
+        ``sync`` (the step's last slice): until then FSDP skips its reduce-scatter and dp its all-reduce,
+        and each rank adds to its own gradients."""
+        if self.dims.fsdp_enabled:
+            self.module.set_requires_gradient_sync(sync)
         if self.schedule is not None:
-            self._loss, self._target = loss_fn, (batch.y.shape[1:], batch.y.dtype)
+            self._loss, self._target, self._scale = loss_fn, (batch.y.shape[1:], batch.y.dtype), scale
             loss, logits = self._pipeline(batch.x, batch.y, train=True)
-            self._sum_tied_gradients()
+            self._scale = 1.0
+            if sync:
+                self._sum_tied_gradients()
         else:
             logits = self.module(batch.x)
             loss = loss_fn(logits, batch)
-            loss.backward()
-        if self.dims.dp > 1 and not self.dims.fsdp_enabled:  # FSDP (HSDP) reduces over dp itself
+            (loss * scale if scale != 1.0 else loss).backward()
+        if sync and self.dims.dp > 1 and not self.dims.fsdp_enabled:  # FSDP (HSDP) reduces over dp itself
             average_gradients(self.module, self.mesh["dp"].get_group(), self.dims.dp)
         return (loss, logits) if self.reports_metrics else (None, None)
 
@@ -140,14 +145,18 @@ class MeshParallel:
         """Nothing to do: every rank's shards are the exported weights."""
 
     def _stage_loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return (self._loss or cross_entropy)(output, Batch(x=output.new_empty(0), y=target))
+        """A micro-batch's share of the step's loss: the schedule sums their gradients (it does not
+        divide them by the micro-batches itself, which would shrink those of earlier accumulated slices)."""
+        loss = (self._loss or cross_entropy)(output, Batch(x=output.new_empty(0), y=target))
+        return loss * (self._scale / self.dims.microbatches)
 
     def _pipeline(self, x: torch.Tensor, y: torch.Tensor, train: bool):
         stage, losses = self.mesh.get_local_rank("pp"), []
         first, last = stage == 0, stage == self.dims.pp - 1
         run = self.schedule.step if train else self.schedule.eval
         logits = run(*((x,) if first else ()), **(dict(target=y, losses=losses) if last else {}))
-        return (torch.stack(losses).mean().detach() if last else None), (logits if last else None)
+        mean = torch.stack(losses).sum().detach() / self._scale if last else None
+        return mean, (logits if last else None)
 
     @torch.no_grad()
     def clip_gradients(self, max_norm: float) -> float:

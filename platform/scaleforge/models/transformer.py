@@ -16,6 +16,7 @@ from torch import nn
 
 from scaleforge.config.models import MoESpec, TransformerSpec
 from scaleforge.models.moe import MoELayer
+from scaleforge.models.recompute import Recompute, run_layer
 
 
 class SelfAttention(nn.Module):
@@ -56,8 +57,11 @@ class EncoderLayer(nn.Module):
 
     The feed-forward block is an MLP (``ff_in`` -> ``activation`` -> ``ff_out``) or, with ``moe``, a
     token-routed Mixture of Experts. ``causal``: each token attends to itself and the tokens before
-    it (a decoder layer).
+    it (a decoder layer). ``recompute``: its activation checkpointing
+    (:func:`~scaleforge.models.recompute.set_activation_checkpointing`).
     """
+
+    recompute: Recompute = "none"
 
     def __init__(
         self,
@@ -81,6 +85,9 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(spec.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return run_layer(self.recompute, self._layer, x)
+
+    def _layer(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.dropout(self.attention(self.norm1(x)))
         return x + self.dropout(self._feed_forward(self.norm2(x)))
 

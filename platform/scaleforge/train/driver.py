@@ -121,7 +121,7 @@ def run_training(
     ensure_ray(min_cpus=scaling.num_workers * scaling.resources_per_worker.get("CPU", 1) + 2)
     data = data or build_ray_datasets(cfg.data)
     if cfg.run.log_every_steps:
-        hooks.append(throughput_hook(cfg, data.info, dims.data_world))
+        hooks.append(throughput_hook(cfg, data.info, cfg.global_slices))
     strategy = strategy_for(dims)
     run_name = cfg.run.name or f"train-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     progress = ProgressChannel.shared()

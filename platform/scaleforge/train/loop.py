@@ -23,6 +23,7 @@ from scaleforge.distributed.dims import ParallelDims
 from scaleforge.distributed.memory import MemoryReport, describe_memory, gather_memory, single_process_memory
 from scaleforge.distributed.strategy import LossFn, ParallelModel, WorkerBatches, parallelize
 from scaleforge.models import model_family
+from scaleforge.models.recompute import set_activation_checkpointing
 from scaleforge.progress import ProgressChannel
 from scaleforge.train.hooks import Hooks, TrainHook, WorkerContext
 from scaleforge.train.metrics import evaluate, progress_line
@@ -76,8 +77,8 @@ class Rank:
 
     @property
     def slices(self) -> int:
-        """Slices of ``optim.batch_size`` rows in a global batch: the full group's data ranks."""
-        return self.run.dims.data_world
+        """Slices of ``optim.batch_size`` rows in a global batch (``TrainJobConfig.global_slices``)."""
+        return self.run.job.global_slices
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
@@ -111,6 +112,7 @@ def _start(run: WorkerRun, rank: int, world: int) -> Rank:
     torch.manual_seed(optim.seed)
     family = model_family(job.model.name)
     model = family.build(job.model, run.info["input_dim"], run.info["num_classes"])
+    set_activation_checkpointing(model, job.parallel.activation_checkpointing)
     reference = single_process_memory(model, optim.optimizer)
     dims = run.dims if world == run.dims.world_size else job.dims_at(world)  # an elastic group's size now
     parallel = parallelize(model, dims, family.plan, device, bf16=optim.precision == "bf16")
@@ -124,13 +126,13 @@ def _start(run: WorkerRun, rank: int, world: int) -> Rank:
     state["resumed_from_epoch"], state["resumed_from_step"] = state["epoch"] + 1, state["step"]
     hooks = Hooks(run.hooks)
     columns = {"x": torch.int64 if run.info["tokens"] else torch.float32, "y": torch.int64, **hooks.columns}
-    slices = run.dims.data_world if job.ordered_batches else None
+    slices = job.global_slices if job.ordered_batches else None
     data = parallel.batches(optim.batch_size, optim.seed, run.info["num_train"], columns, slices)
     ctx = WorkerContext(
         rank, world, state["resumed_from_epoch"], data.steps_per_epoch, parallel, run.progress, state["step"]
     )
     loss_fn = hooks.loss_fn(lambda batch: family.auxiliary_loss(parallel.module, batch))
-    schedule = Schedule(optim, data.steps_per_epoch, run.dims.data_world)  # the full group's global batch
+    schedule = Schedule(optim, data.steps_per_epoch, job.global_slices)  # the full group's global batch
     resumed = EpochProgress.resumed(state, rank)
     return Rank(
         run, rank, world, parallel, optimizer, state, hooks, data, schedule, ctx, loss_fn, reference, resumed

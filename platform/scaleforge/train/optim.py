@@ -46,11 +46,11 @@ def learning_rate_at(step: int, *, peak: float, total_steps: int, warmup_steps: 
 
 
 class Schedule:
-    """The run's learning rate at every step, for ``data_world`` slices of ``optim.batch_size`` per step."""
+    """The run's learning rate at every step, for ``slices`` batches of ``optim.batch_size`` per step."""
 
-    def __init__(self, optim, steps_per_epoch: int, data_world: int):
+    def __init__(self, optim, steps_per_epoch: int, slices: int):
         self.peak = peak_learning_rate(
-            optim.lr, optim.batch_size * data_world, optim.base_batch_size, optim.lr_scaling
+            optim.lr, optim.batch_size * slices, optim.base_batch_size, optim.lr_scaling
         )
         self.total_steps = steps_per_epoch * optim.epochs
         self.warmup_steps = round(optim.warmup_epochs * steps_per_epoch)

@@ -14,6 +14,8 @@ kept whole on every tensor-parallel rank (norm inputs and outputs, residuals) pl
 / tp`` (query, key, value, attention output, the feed-forward hidden layer before and after its
 activation), plus the logits and their gradient on the last stage. A pipeline stage holds the
 activations of as many micro-batches as its schedule keeps in flight (GPipe: all, 1F1B: ``pp``).
+Activation checkpointing keeps less: ``full`` a layer's input ``d`` (and one layer's whole activations
+while it recomputes), ``selective`` its input and the outputs of its matmuls, ``3 d + (4 d + ff) / tp``.
 """
 
 import copy
@@ -136,14 +138,19 @@ def _activations(cfg: TrainJobConfig, dims: ParallelDims, tokens: int, vocab: in
     )
     if not layers:  # not a transformer: its activations are small next to its state
         return 0
-    per_token_layer = (6 * width + (4 * width + 2 * hidden) / dims.tp) * _FP32
+    kept = (6 * width + (4 * width + 2 * hidden) / dims.tp) * _FP32  # per token and layer, none recomputed
     layers_here = math.ceil(layers / dims.pp)
+    recompute = cfg.parallel.activation_checkpointing
+    if recompute == "full":  # each layer's input, and one layer's whole activations while it recomputes
+        kept = width * _FP32 + kept / layers_here
+    elif recompute == "selective":  # its input, the matmul and attention outputs
+        kept = (3 * width + (4 * width + hidden) / dims.tp) * _FP32
     rows = batch
     if dims.pp_enabled:
         micro = batch // dims.microbatches
         rows = micro * (dims.microbatches if dims.pp_schedule == "gpipe" else min(dims.pp, dims.microbatches))
     logits = 2 * batch * tokens * vocab * _FP32
-    return int(rows * tokens * layers_here * per_token_layer + logits)
+    return int(rows * tokens * layers_here * kept + logits)
 
 
 def memory_plan(cfg: TrainJobConfig, input_dim: int, num_classes: int) -> tuple[str, list[LayoutMemory]]:
@@ -179,13 +186,13 @@ def _smallest_size(cfg: TrainJobConfig, input_dim: int, num_classes: int) -> str
     """The line for an elastic group at the smallest size of its range."""
     smallest = cfg.scaling.min_workers
     row = layout_memory(cfg, cfg.dims_at(smallest), input_dim, num_classes)
-    accumulated = math.ceil(cfg.dims.data_world / row.dims.data_world)
+    accumulated = math.ceil(cfg.global_slices / row.dims.data_world)
     return (
         f"elastic {cfg.scaling.describe()}: at {smallest} worker{'s' if smallest > 1 else ''} "
         f"({row.dims.describe()}) each device holds {row.total / _GIB:.2f} GiB, a rank running up to "
         f"{accumulated} slices of "
         f"{cfg.optim.batch_size} rows per step so the global batch stays "
-        f"{cfg.optim.batch_size * cfg.dims.data_world}"
+        f"{cfg.optim.batch_size * cfg.global_slices}"
     )
 
 

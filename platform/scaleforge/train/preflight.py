@@ -27,7 +27,7 @@ def check_runnable(cfg: TrainJobConfig) -> None:
             f"training examples ({info.num_train})"
         )
     if (kill := cfg.fault.kill_worker_at_step) is not None:
-        steps = cfg.optim.epochs * (info.num_train // (cfg.optim.batch_size * cfg.dims.data_world))
+        steps = cfg.optim.epochs * (info.num_train // (cfg.optim.batch_size * cfg.global_slices))
         if kill > steps:
             raise ConfigError(f"fault.kill_worker_at_step ({kill}) is after the run's last step ({steps})")
     try:

@@ -62,9 +62,9 @@ class Throughput(TrainHook):
         self._since = (now, step)
 
 
-def throughput_hook(cfg, info, data_world: int) -> Throughput:
+def throughput_hook(cfg, info, slices: int) -> Throughput:
     """The :class:`Throughput` of a job (``run.log_every_steps``, ``run.peak_tflops``) on data of shape
-    ``info``.
+    ``info``, ``slices`` batches of ``optim.batch_size`` rows a step.
 
     A language model's FLOPs per token are PaLM's (Chowdhery et al. 2022, appendix B): ``6 N`` for the
     matmuls of its ``N`` parameters (the position table aside) plus ``12 L d T`` for attention over
@@ -76,9 +76,9 @@ def throughput_hook(cfg, info, data_world: int) -> Throughput:
         params = sum(p.numel() for name, p in model.named_parameters() if name != "position")
         spec = cfg.model
         flops = 6 * params + 12 * spec.num_layers * spec.d_model * info.input_dim
-        items, unit = cfg.optim.batch_size * data_world * info.input_dim, "tokens"
+        items, unit = cfg.optim.batch_size * slices * info.input_dim, "tokens"
     else:
-        flops, items, unit = 0.0, cfg.optim.batch_size * data_world, "samples"
+        flops, items, unit = 0.0, cfg.optim.batch_size * slices, "samples"
     return Throughput(
         cfg.run.log_every_steps, items, flops, unit, cfg.run.peak_tflops if info.tokens else None
     )
