@@ -92,7 +92,7 @@ BAD = [
     ("data.source=missing.npz", "data.source: data file 'missing.npz' does not exist"),
     ("optim.learning_rate=1", "optim.learning_rate: unknown key"),
     ("model.hidden=wide", "model.hidden: Input should be a valid integer"),
-    ("optim.precision=bf16", "optim.precision=bf16 autocasts on GPU; set scaling.use_gpu=true"),
+    ("optim.precision=fp16", "optim.precision: Input should be 'fp32' or 'bf16'"),
     ("fault.kill_worker_at_epoch=50", "fault.kill_worker_at_epoch (50) must come after the first checkpoint"),
 ]
 

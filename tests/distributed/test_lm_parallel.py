@@ -88,9 +88,9 @@ def _single_process_losses(spec, batch=BATCH):
     return losses
 
 
-def _split(spec, layout, recompute="none"):
+def _split(spec, layout, recompute="none", bf16=False):
     dims = ParallelDims.resolve(dist.get_world_size(), **{"dp": 1, "microbatches": 4, **layout})
-    split = parallelize(_model(spec, recompute), dims, TRANSFORMER_LM, torch.device("cpu"))
+    split = parallelize(_model(spec, recompute), dims, TRANSFORMER_LM, torch.device("cpu"), bf16)
     return split, torch.optim.AdamW(split.module.parameters(), lr=LR)
 
 
@@ -108,8 +108,8 @@ def _train(split, optimizer, batches):
     return losses
 
 
-def _numerics(spec, layout, recompute="none"):
-    split, optimizer = _split(spec, layout, recompute)
+def _numerics(spec, layout, recompute="none", bf16=False):
+    split, optimizer = _split(spec, layout, recompute, bf16)
     x, y = _tokens()
     batches = ReplicatedBatches(x, y, BATCH // split.data_world, split.data_rank, split.data_world, seed=0)
     return _train(split, optimizer, itertools.islice(batches.epoch(0), STEPS))
@@ -154,6 +154,7 @@ def _work(layouts, memory_layouts):
             for name, (spec, layout) in layouts.items()
             for mode in RECOMPUTE
         },
+        "bf16": {name: _numerics(spec, layout, bf16=True) for name, (spec, layout) in layouts.items()},
         "accumulated": {
             name: _accumulated(spec, layout)
             for name, (spec, layout) in layouts.items()
@@ -212,6 +213,19 @@ def test_recomputed_activations_give_the_same_loss_at_each_step(name, mode, two_
         kept, recomputed = result["losses"][name], result["recomputed"][f"{name} {mode}"]
         assert [loss for loss, _ in recomputed] == pytest.approx([loss for loss, _ in kept], abs=1e-5), name
         assert [norm for _, norm in recomputed] == pytest.approx([norm for _, norm in kept], rel=1e-5), name
+
+
+@pytest.mark.parametrize("name", [*TWO_RANKS, *FOUR_RANKS])
+def test_bf16_tracks_fp32_at_each_step(name, two_ranks, four_ranks):
+    """``optim.precision: bf16`` (autocast; FSDP gathers in bf16 and reduces in fp32): the same five
+    steps as fp32 to bf16's precision, and the loss falls as it does. (Over a whole run of
+    ``configs/train_lm_tiny.yaml``: ``bench/lm_levers.py``.)"""
+    for result in two_ranks if name in TWO_RANKS else four_ranks:
+        fp32, bf16 = ([loss for loss, _ in result[kind][name]] for kind in ("losses", "bf16"))
+        print(f"{name}: bf16 losses {', '.join(f'{v:.4f}' for v in bf16)}")
+        print(f"{name}: fp32 losses {', '.join(f'{v:.4f}' for v in fp32)}")
+        assert bf16 == pytest.approx(fp32, abs=0.02), name
+        assert bf16[-1] < bf16[0] - 0.1, name
 
 
 @pytest.mark.parametrize("name", sorted(ACCUMULATED))

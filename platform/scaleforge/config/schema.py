@@ -46,7 +46,8 @@ class OptimSpec(_Section):
     momentum: float = Field(default=0.9, ge=0.0, lt=1.0)
     """SGD only."""
     precision: Literal["fp32", "bf16"] = "fp32"
-    """``bf16``: autocast the forward pass on GPU."""
+    """``bf16``: mixed precision on CPU or GPU: matmuls in bf16 (``torch.autocast``; FSDP gathers
+    parameters in bf16 and reduces gradients in fp32), weights, gradients and optimiser state in fp32."""
     seed: int = 0
     """Seed for initialisation and shuffling."""
 
@@ -82,8 +83,6 @@ class TrainJobConfig(_Section):
     def _consistent(self) -> "TrainJobConfig":
         """Rules among the fields; what needs the data or a built model is
         :func:`scaleforge.train.preflight.check_runnable`'s."""
-        if self.optim.precision == "bf16" and not self.scaling.use_gpu:
-            raise ValueError("optim.precision=bf16 autocasts on GPU; set scaling.use_gpu=true or use fp32")
         if self.scaling.use_gpu and self.scaling.resources_per_worker.get("GPU", 1) <= 0:
             raise ValueError(
                 "scaling.use_gpu=true needs a positive GPU count in scaling.resources_per_worker"

@@ -75,10 +75,10 @@ class ExpertParallelDispatch:
             x.new_empty(sum(recv), x.shape[1]), x[token], recv, send, group=self.group
         )
         processed = self._run_local_experts(received, recv_by_source, experts)
-        returned = dist_nn.all_to_all_single(
-            x.new_empty(len(token), x.shape[1]), processed, send, recv, group=self.group
+        returned = dist_nn.all_to_all_single(  # in the experts' dtype (bf16 under autocast)
+            processed.new_empty(len(token), x.shape[1]), processed, send, recv, group=self.group
         )
-        return torch.zeros_like(x).index_add(0, token, returned * weight[:, None]), counts
+        return torch.zeros_like(x).index_add(0, token, (returned * weight[:, None]).to(x.dtype)), counts
 
     def _run_local_experts(
         self, received: torch.Tensor, sizes: torch.Tensor, experts: nn.ModuleList

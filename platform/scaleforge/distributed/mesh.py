@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Optional
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
@@ -44,9 +44,8 @@ class MeshParallel:
         device: torch.device,
         bf16: bool = False,
     ):
-        if bf16:
-            raise ValueError(f"{dims.describe()} trains in fp32 only")
         self.dims, self.device, self.mesh = dims, device, dims.build_mesh(device.type)
+        self.bf16 = bf16
         self._loss: Optional[LossFn] = None
         self._scale = 1.0
         """The loss weight of the slice being trained (gradient accumulation)."""
@@ -55,9 +54,13 @@ class MeshParallel:
             parallelize_module(model, self.mesh["tp"], _required(plan.tensor_parallel, "tensor", dims)(model))
         if dims.fsdp_enabled:
             shard_mesh = self.mesh["dp", "fsdp"] if dims.dp > 1 else self.mesh["fsdp"]
+            # bf16: gathered and computed in bf16, gradients reduced in fp32 into fp32 shards
+            precision = (
+                MixedPrecisionPolicy(torch.bfloat16, torch.float32) if bf16 else MixedPrecisionPolicy()
+            )
             for unit in plan.fsdp_units(model):  # per unit: only one unit is gathered at a time
-                fully_shard(unit, mesh=shard_mesh)
-            fully_shard(model, mesh=shard_mesh)
+                fully_shard(unit, mesh=shard_mesh, mp_policy=precision)
+            fully_shard(model, mesh=shard_mesh, mp_policy=precision)
         self.schedule, self._target = None, None
         # A parameter of several stages (a tied embedding): its shape, for stages that hold no copy.
         self.tied = {name: model.get_parameter(name).shape for name in plan.tied_parameters(model)}
@@ -117,12 +120,14 @@ class MeshParallel:
             self.module.set_requires_gradient_sync(sync)
         if self.schedule is not None:
             self._loss, self._target, self._scale = loss_fn, (batch.y.shape[1:], batch.y.dtype), scale
-            loss, logits = self._pipeline(batch.x, batch.y, train=True)
+            with self._autocast():
+                loss, logits = self._pipeline(batch.x, batch.y, train=True)
             self._scale = 1.0
             if sync:
                 self._sum_tied_gradients()
         else:
-            logits = self.module(batch.x)
+            with self._autocast():
+                logits = self.module(batch.x).float()
             loss = loss_fn(logits, batch)
             (loss * scale if scale != 1.0 else loss).backward()
         if sync and self.dims.dp > 1 and not self.dims.fsdp_enabled:  # FSDP (HSDP) reduces over dp itself
@@ -133,12 +138,14 @@ class MeshParallel:
     def predict(self, x: torch.Tensor, rows: int) -> Optional[torch.Tensor]:
         """A pipeline's shapes are fixed at its first step, so its batches are padded to ``rows``."""
         if self.schedule is None:
-            logits = self.module(x)
+            with self._autocast():
+                logits = self.module(x).float()
             return logits if self.reports_metrics else None
         count, (target_shape, target_dtype) = len(x), self._target  # as in training, which came first
         padded = torch.cat([x, x.new_zeros(rows - count, *x.shape[1:])])
         target = torch.zeros(rows, *target_shape, dtype=target_dtype, device=x.device)
-        _, logits = self._pipeline(padded, target, train=False)
+        with self._autocast():
+            _, logits = self._pipeline(padded, target, train=False)
         return None if logits is None or not self.reports_metrics else logits[:count]
 
     def prepare_eval(self) -> None:
@@ -147,8 +154,12 @@ class MeshParallel:
     def _stage_loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """A micro-batch's share of the step's loss: the schedule sums their gradients (it does not
         divide them by the micro-batches itself, which would shrink those of earlier accumulated slices)."""
-        loss = (self._loss or cross_entropy)(output, Batch(x=output.new_empty(0), y=target))
+        loss = (self._loss or cross_entropy)(output.float(), Batch(x=output.new_empty(0), y=target))
         return loss * (self._scale / self.dims.microbatches)
+
+    def _autocast(self) -> torch.autocast:
+        """``optim.precision: bf16``: matmuls in bf16 (weights and their optimiser state stay fp32)."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
     def _pipeline(self, x: torch.Tensor, y: torch.Tensor, train: bool):
         stage, losses = self.mesh.get_local_rank("pp"), []
@@ -156,7 +167,7 @@ class MeshParallel:
         run = self.schedule.step if train else self.schedule.eval
         logits = run(*((x,) if first else ()), **(dict(target=y, losses=losses) if last else {}))
         mean = torch.stack(losses).sum().detach() / self._scale if last else None
-        return mean, (logits if last else None)
+        return mean, (logits.float() if last else None)
 
     @torch.no_grad()
     def clip_gradients(self, max_norm: float) -> float:

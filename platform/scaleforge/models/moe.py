@@ -113,7 +113,7 @@ def dispatch_local(x: torch.Tensor, routing: Routing, experts: nn.ModuleList, ca
     _, token, weight, counts = sorted_assignments(routing, len(experts), capacity)
     chunks = x[token].split(counts.tolist())
     outputs = torch.cat([module(chunk) for module, chunk in zip(experts, chunks)])
-    return torch.zeros_like(x).index_add(0, token, outputs * weight[:, None]), counts
+    return torch.zeros_like(x).index_add(0, token, (outputs * weight[:, None]).to(x.dtype)), counts
 
 
 def dense_forward(layer: MoELayer, x: torch.Tensor) -> torch.Tensor:
