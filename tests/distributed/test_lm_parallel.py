@@ -20,6 +20,7 @@ from scaleforge.distributed.batches import ReplicatedBatches
 from scaleforge.distributed.memory import memory_held
 from scaleforge.distributed.strategy import Batch, accumulate, cross_entropy, parallelize
 from scaleforge.models import MoESpec, TransformerLMSpec, build_model, count_parameters
+from scaleforge.models.compiled import compile_model
 from scaleforge.models.moe import auxiliary_loss
 from scaleforge.models.plans import TRANSFORMER_LM
 from scaleforge.models.recompute import set_activation_checkpointing
@@ -55,6 +56,9 @@ ACCUMULATE = 4
 ACCUMULATED = {"dp=2", "tp=2", "pp=2 1f1b", "fsdp=2", "fsdp=2 x tp=2", "dp=2 x pp=2"}
 """The dense layouts: the MoE balancing loss is a function of each batch's routing, so 4 batches'
 mean is not a 4x batch's."""
+COMPILED = {"dp=2", "fsdp=2"}
+"""``run.compile`` (inductor's C++ build takes seconds per graph); every layout's tokens/s with and
+without: ``bench/lm_levers.py``."""
 
 
 def _tokens():
@@ -63,10 +67,12 @@ def _tokens():
     return torch.from_numpy(x).long(), torch.from_numpy(y).long()
 
 
-def _model(spec, recompute="none"):
+def _model(spec, recompute="none", compiled=False):
     torch.manual_seed(0)
     model = build_model(spec, SEQ, ByteTokenizer.vocab_size)
     set_activation_checkpointing(model, recompute)
+    if compiled:
+        compile_model(model)
     return model
 
 
@@ -88,9 +94,9 @@ def _single_process_losses(spec, batch=BATCH):
     return losses
 
 
-def _split(spec, layout, recompute="none", bf16=False):
+def _split(spec, layout, recompute="none", bf16=False, compiled=False):
     dims = ParallelDims.resolve(dist.get_world_size(), **{"dp": 1, "microbatches": 4, **layout})
-    split = parallelize(_model(spec, recompute), dims, TRANSFORMER_LM, torch.device("cpu"), bf16)
+    split = parallelize(_model(spec, recompute, compiled), dims, TRANSFORMER_LM, torch.device("cpu"), bf16)
     return split, torch.optim.AdamW(split.module.parameters(), lr=LR)
 
 
@@ -108,8 +114,8 @@ def _train(split, optimizer, batches):
     return losses
 
 
-def _numerics(spec, layout, recompute="none", bf16=False):
-    split, optimizer = _split(spec, layout, recompute, bf16)
+def _numerics(spec, layout, recompute="none", bf16=False, compiled=False):
+    split, optimizer = _split(spec, layout, recompute, bf16, compiled)
     x, y = _tokens()
     batches = ReplicatedBatches(x, y, BATCH // split.data_world, split.data_rank, split.data_world, seed=0)
     return _train(split, optimizer, itertools.islice(batches.epoch(0), STEPS))
@@ -155,6 +161,11 @@ def _work(layouts, memory_layouts):
             for mode in RECOMPUTE
         },
         "bf16": {name: _numerics(spec, layout, bf16=True) for name, (spec, layout) in layouts.items()},
+        "compiled": {
+            name: _numerics(spec, layout, "full", compiled=True)
+            for name, (spec, layout) in layouts.items()
+            if name in COMPILED
+        },
         "accumulated": {
             name: _accumulated(spec, layout)
             for name, (spec, layout) in layouts.items()
@@ -226,6 +237,16 @@ def test_bf16_tracks_fp32_at_each_step(name, two_ranks, four_ranks):
         print(f"{name}: fp32 losses {', '.join(f'{v:.4f}' for v in fp32)}")
         assert bf16 == pytest.approx(fp32, abs=0.02), name
         assert bf16[-1] < bf16[0] - 0.1, name
+
+
+@pytest.mark.parametrize("name", sorted(COMPILED))
+def test_compiled_layers_take_the_same_steps(name, two_ranks):
+    """``run.compile``: each layer's computation compiled by inductor, recomputed in backward
+    (``full``), under DDP and FSDP2's hooks: the same steps as eager with activations kept."""
+    for result in two_ranks:
+        eager, compiled = result["losses"][name], result["compiled"][name]
+        assert [loss for loss, _ in compiled] == pytest.approx([loss for loss, _ in eager], abs=1e-5), name
+        assert [norm for _, norm in compiled] == pytest.approx([norm for _, norm in eager], rel=1e-5), name
 
 
 @pytest.mark.parametrize("name", sorted(ACCUMULATED))

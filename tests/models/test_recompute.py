@@ -115,6 +115,15 @@ def test_full_recomputation_holds_at_most_04x_the_activations_of_none_and_the_pl
         assert _planned(mode) == pytest.approx(step["peak"], rel=0.25), mode
 
 
+def test_compiling_selective_recomputation_is_refused_before_ray_starts():
+    with pytest.raises(ConfigError, match=re.escape("torch.compile cannot compile selective checkpointing")):
+        load_config(
+            TrainJobConfig,
+            REPO / "configs/train_lm_tiny.yaml",
+            ["run.compile=true", "parallel.activation_checkpointing=selective"],
+        )
+
+
 def test_a_model_without_transformer_layers_is_refused():
     with pytest.raises(
         ConfigError,

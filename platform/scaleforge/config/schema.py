@@ -102,6 +102,11 @@ class TrainJobConfig(_Section):
             raise ValueError(
                 f"parallel.activation_checkpointing needs transformer layers: model.name={layered}"
             )
+        if self.run.compile and self.parallel.activation_checkpointing == "selective":
+            raise ValueError(
+                "run.compile with parallel.activation_checkpointing=selective: torch.compile cannot compile "
+                "selective checkpointing's recomputation (torch 2.13); use full, or compile=false"
+            )
         self._check_step_fault()
         self._check_parallel_layout()
         self._check_elastic()

@@ -108,6 +108,9 @@ class RunSpec(_Section):
     """Dense peak of one worker's device in TFLOP/s (``jobs.hwbench`` measures it): the MFU's denominator."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
     """Ray Train's own console logging; WARNING leaves the per-epoch progress lines readable."""
+    compile: bool = False
+    """``torch.compile`` (inductor) each transformer layer's computation, or the whole model of another
+    family, on every rank; what fails to compile runs eagerly, with a one-line message."""
 
 
 class FaultSpec(_Section):

@@ -23,6 +23,7 @@ from scaleforge.distributed.dims import ParallelDims
 from scaleforge.distributed.memory import MemoryReport, describe_memory, gather_memory, single_process_memory
 from scaleforge.distributed.strategy import LossFn, ParallelModel, WorkerBatches, parallelize
 from scaleforge.models import model_family
+from scaleforge.models.compiled import compile_model
 from scaleforge.models.recompute import set_activation_checkpointing
 from scaleforge.progress import ProgressChannel
 from scaleforge.train.hooks import Hooks, TrainHook, WorkerContext
@@ -113,6 +114,8 @@ def _start(run: WorkerRun, rank: int, world: int) -> Rank:
     family = model_family(job.model.name)
     model = family.build(job.model, run.info["input_dim"], run.info["num_classes"])
     set_activation_checkpointing(model, job.parallel.activation_checkpointing)
+    if job.run.compile:
+        compile_model(model)
     reference = single_process_memory(model, optim.optimizer)
     dims = run.dims if world == run.dims.world_size else job.dims_at(world)  # an elastic group's size now
     parallel = parallelize(model, dims, family.plan, device, bf16=optim.precision == "bf16")
