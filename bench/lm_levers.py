@@ -1,0 +1,203 @@
+"""The levers of a model that does not fit, on the language model: precision, compilation and
+recomputation, each against the same job without it, side by side in one run.
+
+    .venv/bin/python bench/lm_levers.py      (about 20 minutes on 2 idle cores)
+
+On ``configs/train_lm_tiny.yaml`` (2 workers, one thread each), run as a user runs it through one
+local Ray:
+
+1. **bf16 against fp32** (``optim.precision``): the shipped config under dp=2 and fsdp=2, trained to
+   the end both ways; bar: bf16's validation bits/byte within 0.02 of fp32's. Tokens/s of the last
+   epoch beside it.
+2. **torch.compile against eager** (``run.compile``) for dp=2, fsdp=2, tp=2 and pp=2: two epochs of a
+   third of the bytes, tokens/s of the second (the first pays for compiling), two rounds with the
+   order swapped, medians and spreads; bar: compiled dp=2 at least 1.15x eager. Beside it, what
+   fusion could give at most, measured: the share of one eager training step of the same model,
+   batch and thread that goes to matrix multiplications, attention and the optimiser (kernels that
+   inductor leaves to oneDNN / MKL or to torch's own), from torch's profiler; fusing everything else to
+   zero time would speed the step up by at most ``1 / share``.
+3. **Activation checkpointing** (``parallel.activation_checkpointing``): tokens/s of dp=2 with
+   ``full`` and ``selective`` against ``none``, the same two epochs (what recomputation costs; what
+   it saves is ``tests/models/test_recompute.py``'s).
+
+Prints each bar with met/missed (a gap inside the spread is a tie); exit status 1 if one was missed.
+"""
+
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
+
+from bars import print_bars  # noqa: E402
+from provenance import check_and_print  # noqa: E402
+
+from scaleforge.config import TrainJobConfig, load_config  # noqa: E402
+from scaleforge.runtime import ensure_ray  # noqa: E402
+from scaleforge.train import run_training  # noqa: E402
+from scaleforge.train.preflight import check_runnable  # noqa: E402
+
+CONFIG = ROOT / "configs/train_lm_tiny.yaml"
+SHORT = ["data.max_train_bytes=100000", "optim.epochs=2"]
+LAYOUTS = {"dp=2": [], "fsdp=2": ["parallel.fsdp=2"], "tp=2": ["parallel.tp=2"], "pp=2": ["parallel.pp=2"]}
+ROUNDS = 2
+
+
+def _train(tmp: Path, name: str, *overrides: str):
+    cfg = load_config(
+        TrainJobConfig,
+        CONFIG,
+        [*overrides, f"run.name={name}", f"run.storage_path={tmp / 'runs'}", f"artifact.dir={tmp / name}"],
+        check_runnable,
+    )
+    result = run_training(cfg)
+    last = result.history[-1]
+    print(f"{name}: {last['bits_per_byte']:.4f} bits/byte, {last['tokens_per_s']:,.0f} tokens/s", flush=True)
+    return last
+
+
+def _precision(tmp: Path) -> list:
+    rows = []
+    for layout in ("dp=2", "fsdp=2"):
+        fp32, bf16 = (
+            _train(tmp, f"{layout}-{p}".replace("=", ""), *LAYOUTS[layout], f"optim.precision={p}")
+            for p in ("fp32", "bf16")
+        )
+        gap = bf16["bits_per_byte"] - fp32["bits_per_byte"]
+        rows.append(
+            (
+                f"{layout}: bf16 vs fp32 bits/byte",
+                f"{bf16['bits_per_byte']:.4f} vs {fp32['bits_per_byte']:.4f} ({gap:+.4f}); tokens/s "
+                f"{bf16['tokens_per_s']:,.0f} vs {fp32['tokens_per_s']:,.0f}",
+                "within 0.02",
+                abs(gap) <= 0.02,
+            )
+        )
+    return rows
+
+
+def _rounds(tmp: Path, tag: str, variants: dict[str, list[str]]) -> dict[str, list[float]]:
+    """Second-epoch tokens/s of each variant, ROUNDS times, the order swapped every round."""
+    speeds: dict[str, list[float]] = {name: [] for name in variants}
+    for index in range(ROUNDS):
+        order = list(variants) if index % 2 == 0 else list(reversed(variants))
+        for name in order:
+            run = f"{tag}-{name}-{index}".replace("=", "")
+            speeds[name].append(_train(tmp, run, *SHORT, *variants[name])["tokens_per_s"])
+    return speeds
+
+
+def _ratio_row(what: str, fast: list[float], slow: list[float], bar: float | None):
+    """Median of ``fast`` over median of ``slow``, with each side's spread."""
+    ratio = statistics.median(fast) / statistics.median(slow)
+    spread = max(max(fast) - min(fast), max(slow) - min(slow)) / statistics.median(slow)
+    measured = (
+        f"{ratio:.2f}x ({statistics.median(fast):,.0f} vs {statistics.median(slow):,.0f} tokens/s, "
+        f"spread {spread:.2f})"
+    )
+    if bar is None:
+        return (what, measured, "reported", True)
+    met = True if ratio >= bar else (None if ratio + spread >= bar else False)
+    return (what, measured, f">= {bar:.2f}x", met)
+
+
+def _compile(tmp: Path) -> list:
+    rows = []
+    for layout, overrides in LAYOUTS.items():
+        tag = layout.replace("=", "")
+        speeds = _rounds(tmp, tag, {"eager": overrides, "compiled": [*overrides, "run.compile=true"]})
+        bar = 1.15 if layout == "dp=2" else None
+        rows.append(
+            _ratio_row(f"{layout}: compiled vs eager tokens/s", speeds["compiled"], speeds["eager"], bar)
+        )
+    return rows
+
+
+_KERNELS = ("mm", "bmm", "linear", "matmul", "scaled_dot_product", "flash_attention")
+"""Profiler op names (substrings) of the kernels that compiling does not make faster on CPU: matmuls
+and attention, which inductor leaves to oneDNN / MKL."""
+
+
+def _kernel_share() -> float:
+    """The share of one eager training step of the tiny model (one rank's batch, one thread) that
+    compiling the layers cannot shorten: the matmul and attention kernels of forward and backward
+    (their share of the ops' self CPU time, from torch's profiler) and the optimiser's step (outside
+    the compiled layers), each timed."""
+    from scaleforge.models import build_model
+
+    cfg = load_config(TrainJobConfig, CONFIG)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = build_model(cfg.model, cfg.data.seq_len, 256)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr)
+    x = torch.randint(0, 256, (cfg.optim.batch_size, cfg.data.seq_len))
+
+    def forward_backward():
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x).flatten(0, 1), x.flatten()).backward()
+
+    for _ in range(5):
+        forward_backward()
+        optimizer.step()
+    timed = {"fb": 0.0, "opt": 0.0}
+    for _ in range(20):
+        started = time.perf_counter()
+        forward_backward()
+        timed["fb"] += time.perf_counter() - started
+        started = time.perf_counter()
+        optimizer.step()
+        timed["opt"] += time.perf_counter() - started
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        for _ in range(10):
+            forward_backward()
+    ops = [e for e in profile.key_averages() if e.key.startswith("aten::")]
+    kernels = sum(e.self_cpu_time_total for e in ops if any(k in e.key for k in _KERNELS))
+    in_kernels = kernels / sum(e.self_cpu_time_total for e in ops)
+    return (in_kernels * timed["fb"] + timed["opt"]) / (timed["fb"] + timed["opt"])
+
+
+def _recompute(tmp: Path) -> list:
+    speeds = _rounds(
+        tmp,
+        "ac",
+        {mode: [f"parallel.activation_checkpointing={mode}"] for mode in ("none", "full", "selective")},
+    )
+    return [
+        _ratio_row(f"dp=2: {mode} recomputation vs none tokens/s", speeds[mode], speeds["none"], None)
+        for mode in ("full", "selective")
+    ]
+
+
+def main() -> int:
+    check_and_print()
+    rows = []
+    # The jobs' own progress goes to stderr; the table alone to stdout (make bench keeps it).
+    with (
+        tempfile.TemporaryDirectory(prefix="scaleforge-bench-levers-") as folder,
+        redirect_stdout(sys.stderr),
+    ):
+        ensure_ray(min_cpus=4)
+        tmp = Path(folder)
+        rows += _precision(tmp)
+        rows += _compile(tmp)
+        share = _kernel_share()
+        rows += _recompute(tmp)
+    rows.append(
+        (
+            "dp=2: an eager step in matmuls, attention, optimiser",
+            f"{share:.0%} of its time: fusing all the rest away gains at most {1 / share:.2f}x",
+            "reported",
+            True,
+        )
+    )
+    return print_bars(rows, "lever")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
