@@ -25,9 +25,7 @@ Prints each bar with met/missed (a gap inside the spread is a tie); exit status 
 
 import statistics
 import sys
-import tempfile
 import time
-from contextlib import redirect_stdout
 from pathlib import Path
 
 import torch
@@ -36,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
 
 from bars import print_bars  # noqa: E402
+from jobs_here import job_folder  # noqa: E402
 from provenance import check_and_print  # noqa: E402
 
 from scaleforge.config import TrainJobConfig, load_config  # noqa: E402
@@ -177,13 +176,8 @@ def _recompute(tmp: Path) -> list:
 def main() -> int:
     check_and_print()
     rows = []
-    # The jobs' own progress goes to stderr; the table alone to stdout (make bench keeps it).
-    with (
-        tempfile.TemporaryDirectory(prefix="scaleforge-bench-levers-") as folder,
-        redirect_stdout(sys.stderr),
-    ):
+    with job_folder("levers") as tmp:
         ensure_ray(min_cpus=4)
-        tmp = Path(folder)
         rows += _precision(tmp)
         rows += _compile(tmp)
         share = _kernel_share()

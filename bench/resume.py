@@ -18,15 +18,14 @@ Prints each bar with met/missed; exit status 1 if one was missed.
 """
 
 import sys
-import tempfile
 import time
-from contextlib import redirect_stdout
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
 
 from bars import print_bars  # noqa: E402
+from jobs_here import job_folder  # noqa: E402
 from provenance import check_and_print  # noqa: E402
 
 from scaleforge.config import TrainJobConfig, load_config  # noqa: E402
@@ -113,16 +112,12 @@ def _rows(layout: str, cfg: TrainJobConfig, plain, killed) -> list:
 def main() -> int:
     check_and_print()
     rows = []
-    # The jobs' own progress goes to stderr; the table alone to stdout (make bench keeps it).
-    with (
-        tempfile.TemporaryDirectory(prefix="scaleforge-bench-resume-") as folder,
-        redirect_stdout(sys.stderr),
-    ):
+    with job_folder("resume") as tmp:
         ensure_ray(min_cpus=4)
         for layout, (config, overrides) in LAYOUTS.items():
             tag = layout.replace(" ", "_").replace("=", "")
-            cfg, plain = _run(Path(folder), f"{tag}_plain", config, overrides, kill=False)
-            _, killed = _run(Path(folder), f"{tag}_killed", config, overrides, kill=True)
+            cfg, plain = _run(tmp, f"{tag}_plain", config, overrides, kill=False)
+            _, killed = _run(tmp, f"{tag}_killed", config, overrides, kill=True)
             rows += _rows(layout, cfg, plain, killed)
     return print_bars(rows, "killed without notice")
 

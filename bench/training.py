@@ -22,8 +22,6 @@ import re
 import secrets
 import subprocess
 import sys
-import tempfile
-from contextlib import redirect_stdout
 from pathlib import Path
 
 import torch
@@ -32,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
 
 from bars import print_bars  # noqa: E402
+from jobs_here import job_folder  # noqa: E402
 from provenance import check_and_print  # noqa: E402
 
 from scaleforge.artifacts import load_artifact  # noqa: E402
@@ -134,12 +133,7 @@ def submitted_tp(tmp: Path) -> tuple[float, float]:
 def main() -> int:
     check_and_print()
     rows = []
-    # The jobs' own progress goes to stderr; the table alone to stdout (make bench keeps it).
-    with (
-        tempfile.TemporaryDirectory(prefix="scaleforge-bench-training-") as folder,
-        redirect_stdout(sys.stderr),
-    ):
-        tmp = Path(folder)
+    with job_folder("training") as tmp:
         tp_accuracy, tp_reported = submitted_tp(tmp)  # before this process starts a Ray of its own
         ensure_ray(min_cpus=4)
         teacher = train(tmp, "teacher", "train_teacher.yaml")
