@@ -43,10 +43,6 @@ CASES = {
         "parallel.pp=2",
         "parallel.microbatches=1",
     ): "parallel.pp_schedule=1f1b needs parallel.microbatches (1) >= parallel.pp (2)",
-    (
-        "scaling.use_gpu=true",
-        "optim.precision=bf16",
-    ): "parallel.tp trains in fp32 only; set optim.precision=fp32",
     ("model.moe={num_experts: 4}",): "parallel.tp needs a dense model; MoE layers split with parallel.ep",
     (
         "scaling.num_workers=4",

@@ -16,7 +16,7 @@ from scaleforge.config import TrainJobConfig, load_config
 from scaleforge.config.loader import ConfigError
 
 SEQ, BATCH = 512, 4
-MODEL = dict(context=SEQ, d_model=256, num_heads=8, num_layers=8, ff_dim=1024, dropout=0.0)
+MODEL = dict(context=SEQ, d_model=256, num_heads=8, num_layers=4, ff_dim=1024, dropout=0.0)
 
 _STEP = """
 import json, resource, sys, threading

@@ -203,8 +203,6 @@ class TrainJobConfig(_Section):
         split = {
             name: getattr(parallel, name) for name in ("fsdp", "tp", "pp") if getattr(parallel, name) > 1
         }
-        if self.optim.precision != "fp32":
-            raise ValueError(f"parallel.{next(iter(split))} trains in fp32 only; set optim.precision=fp32")
         if model.experts is not None:
             raise ValueError(
                 f"parallel.{next(iter(split))} needs a dense model; MoE layers split with parallel.ep"
