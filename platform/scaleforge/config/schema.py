@@ -46,8 +46,8 @@ class OptimSpec(_Section):
     momentum: float = Field(default=0.9, ge=0.0, lt=1.0)
     """SGD only."""
     precision: Literal["fp32", "bf16"] = "fp32"
-    """``bf16``: mixed precision on CPU or GPU: matmuls in bf16 (``torch.autocast``; FSDP gathers
-    parameters in bf16 and reduces gradients in fp32), weights, gradients and optimiser state in fp32."""
+    """``bf16``: mixed precision on CPU or GPU: training's matmuls in bf16 (``torch.autocast``); weights,
+    gradients, optimiser state and evaluation in fp32."""
     seed: int = 0
     """Seed for initialisation and shuffling."""
 

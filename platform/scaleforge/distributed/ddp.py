@@ -88,8 +88,8 @@ class DataParallel:
         return float(torch.nn.utils.clip_grad_norm_(self.module.parameters(), max_norm))
 
     def predict(self, x: torch.Tensor, rows: int) -> torch.Tensor:
-        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            return self.module(x).float()
+        """In fp32 under ``bf16`` too: the weights are fp32, and so is the exported model users score."""
+        return self.module(x)
 
     @torch.no_grad()
     def prepare_eval(self) -> None:

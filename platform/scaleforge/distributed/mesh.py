@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Optional
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import fully_shard
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
@@ -54,13 +54,9 @@ class MeshParallel:
             parallelize_module(model, self.mesh["tp"], _required(plan.tensor_parallel, "tensor", dims)(model))
         if dims.fsdp_enabled:
             shard_mesh = self.mesh["dp", "fsdp"] if dims.dp > 1 else self.mesh["fsdp"]
-            # bf16: gathered and computed in bf16, gradients reduced in fp32 into fp32 shards
-            precision = (
-                MixedPrecisionPolicy(torch.bfloat16, torch.float32) if bf16 else MixedPrecisionPolicy()
-            )
             for unit in plan.fsdp_units(model):  # per unit: only one unit is gathered at a time
-                fully_shard(unit, mesh=shard_mesh, mp_policy=precision)
-            fully_shard(model, mesh=shard_mesh, mp_policy=precision)
+                fully_shard(unit, mesh=shard_mesh)
+            fully_shard(model, mesh=shard_mesh)
         self.schedule, self._target = None, None
         # A parameter of several stages (a tied embedding): its shape, for stages that hold no copy.
         self.tied = {name: model.get_parameter(name).shape for name in plan.tied_parameters(model)}
@@ -138,14 +134,12 @@ class MeshParallel:
     def predict(self, x: torch.Tensor, rows: int) -> Optional[torch.Tensor]:
         """A pipeline's shapes are fixed at its first step, so its batches are padded to ``rows``."""
         if self.schedule is None:
-            with self._autocast():
-                logits = self.module(x).float()
+            logits = self.module(x)
             return logits if self.reports_metrics else None
         count, (target_shape, target_dtype) = len(x), self._target  # as in training, which came first
         padded = torch.cat([x, x.new_zeros(rows - count, *x.shape[1:])])
         target = torch.zeros(rows, *target_shape, dtype=target_dtype, device=x.device)
-        with self._autocast():
-            _, logits = self._pipeline(padded, target, train=False)
+        _, logits = self._pipeline(padded, target, train=False)
         return None if logits is None or not self.reports_metrics else logits[:count]
 
     def prepare_eval(self) -> None:
@@ -158,7 +152,8 @@ class MeshParallel:
         return loss * (self._scale / self.dims.microbatches)
 
     def _autocast(self) -> torch.autocast:
-        """``optim.precision: bf16``: matmuls in bf16 (weights and their optimiser state stay fp32)."""
+        """``optim.precision: bf16``: training's matmuls in bf16; the weights, their gradients and
+        optimiser state stay fp32, and evaluation scores them in fp32, as the exported model scores."""
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
     def _pipeline(self, x: torch.Tensor, y: torch.Tensor, train: bool):

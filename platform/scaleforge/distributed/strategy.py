@@ -159,6 +159,6 @@ def parallelize(
         dims: A resolved layout whose world size is the process group's.
         plan: The model family's plan (``scaleforge.models.model_family(name).plan``).
         device: This rank's device.
-        bf16: Mixed precision: forward passes autocast to bf16 (FSDP also gathers in bf16), fp32 weights.
+        bf16: Mixed precision: training's forward passes autocast to bf16; fp32 weights and evaluation.
     """
     return strategy_for(dims)(model, dims, plan, device, bf16)
