@@ -47,9 +47,9 @@ SHORT = ["data.max_train_bytes=100000", "optim.epochs=2"]
 LAYOUTS = {"dp=2": [], "fsdp=2": ["parallel.fsdp=2"], "tp=2": ["parallel.tp=2"], "pp=2": ["parallel.pp=2"]}
 ROUNDS = 2
 EARLIER_BF16_GAP = {"dp=2": "+0.0405", "fsdp=2": "+0.0589"}
-"""bf16's gap at b5c4e63, when evaluation ran under autocast too (bf16 logits) and FSDP gathered bf16
-parameters: the bar was missed; evaluation now scores the fp32 weights in fp32, as the exported model
-is scored, and FSDP gathers fp32 (the code changed, not the metric)."""
+"""bf16's gap in this bench's first complete run, when evaluation ran under autocast too (bf16 logits)
+and FSDP gathered bf16 parameters: the bar was missed; evaluation now scores the fp32 weights in fp32,
+as the exported model is scored, and FSDP gathers fp32 (the code changed, not the metric)."""
 ONE_ORDER = ["run.checkpoint_every_steps=500"]
 """Step checkpoints (none falls due in these runs) read one seeded order of the data on every worker,
 so both precisions see the same batches; Ray Data's streaming split hands blocks to whichever worker
@@ -83,7 +83,7 @@ def _precision(tmp: Path) -> list:
             (
                 f"{layout}: bf16 vs fp32 bits/byte",
                 f"{bf16['bits_per_byte']:.4f} vs {fp32['bits_per_byte']:.4f} ({gap:+.4f}; "
-                f"{EARLIER_BF16_GAP[layout]} at b5c4e63); tokens/s "
+                f"{EARLIER_BF16_GAP[layout]} with bf16 evaluation); tokens/s "
                 f"{bf16['tokens_per_s']:,.0f} vs {fp32['tokens_per_s']:,.0f}",
                 "within 0.02",
                 abs(gap) <= 0.02,

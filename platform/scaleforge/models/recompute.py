@@ -45,12 +45,12 @@ def _keep_expensive(ctx, op, *args, **kwargs) -> CheckpointPolicy:
     return CheckpointPolicy.MUST_SAVE if op in _KEPT_BY_SELECTIVE else CheckpointPolicy.PREFER_RECOMPUTE
 
 
-def run_layer(mode: Recompute, forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor):
-    """``forward(x)``, its activations dropped and recomputed in backward as ``mode`` says (only while
-    autograd records: evaluation runs the layer as it is)."""
-    if mode == "none" or not torch.is_grad_enabled():
+def run_layer(recompute: Recompute, forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor):
+    """``forward(x)``, its activations dropped and recomputed in backward as ``recompute`` says (only
+    while autograd records: evaluation runs the layer as it is)."""
+    if recompute == "none" or not torch.is_grad_enabled():
         return forward(x)
-    if mode == "full":
+    if recompute == "full":
         return checkpoint(forward, x, use_reentrant=False)
     return checkpoint(
         forward,
@@ -60,21 +60,21 @@ def run_layer(mode: Recompute, forward: Callable[[torch.Tensor], torch.Tensor], 
     )
 
 
-def set_activation_checkpointing(model: nn.Module, mode: Recompute) -> int:
-    """Checkpoint every layer of ``model`` that can (``recompute`` attribute) as ``mode`` says.
+def set_activation_checkpointing(model: nn.Module, recompute: Recompute) -> int:
+    """Checkpoint every layer of ``model`` that can (``recompute`` attribute) as ``recompute`` says.
 
     Returns:
         How many layers were set.
 
     Raises:
-        ValueError: ``mode`` is not ``none`` and the model has no such layer.
+        ValueError: ``recompute`` is not ``none`` and the model has no such layer.
     """
     layers = [module for module in model.modules() if hasattr(module, "recompute")]
-    if mode != "none" and not layers:
+    if recompute != "none" and not layers:
         raise ValueError(
-            f"parallel.activation_checkpointing={mode}: {type(model).__name__} has no transformer layers "
-            "to recompute (model.name: transformer or transformer_lm)"
+            f"parallel.activation_checkpointing={recompute}: {type(model).__name__} has no transformer "
+            "layers to recompute (model.name: transformer or transformer_lm)"
         )
     for layer in layers:
-        layer.recompute = mode
+        layer.recompute = recompute
     return len(layers)
