@@ -206,13 +206,18 @@ class ParameterServerRun:
         )
 
     def _collect(self, ref) -> None:
-        """A worker's ``run`` ended: keep its report or, if its process died, replace it."""
+        """A worker's ``run`` ended: keep its report and take it off every shard (a sync round with
+        backup workers must not wait for a worker that has no step left, or a straggler's last
+        gradient, admitted to a round the others will never join, waits for ever) or, if its process
+        died, replace it."""
         index = self.running.pop(ref)
         try:
             self.reports.append(ray.get(ref))
         except ray.exceptions.RayActorError:
             if index not in self.removed:
                 self.replace_dead(index)
+            return
+        ray.get([s.leave.remote(index) for s in self.fleet.shards])
 
     def _remove(self, index: int) -> None:
         """Scaling down: worker ``index`` leaves every shard first (no sync round or SSP bound waits
