@@ -1,6 +1,8 @@
 """Shared fixtures: one real local Ray cluster per test session (logical CPUs on a 2-core machine)."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,23 @@ def _serve_down_after_a_serving_file(request):
         from ray import serve
 
         serve.shutdown()  # a no-op where the file started none
+
+
+def run_plan(config: str, *sets: str) -> subprocess.CompletedProcess:
+    """``python -m jobs.train --config CONFIG --plan --set ...`` as a user types it (no Ray is reached)."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jobs.train",
+            "--config",
+            config,
+            "--plan",
+            *(a for s in sets for a in ("--set", s)),
+        ],
+        cwd=REPO,
+        env={**os.environ, "RAY_ADDRESS": ""},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )

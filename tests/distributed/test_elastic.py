@@ -2,14 +2,11 @@
 size of the group, and ``--plan`` shows the smallest size."""
 
 import itertools
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import REPO
+from conftest import run_plan
 from gloo_ranks import run_ranks
 
 from scaleforge.distributed import ParallelDims
@@ -62,15 +59,7 @@ def test_a_step_is_the_same_on_one_three_or_four_ranks(tmp_path):
 def test_plan_prints_the_memory_per_device_at_the_smallest_size_of_the_range():
     """``--plan`` of an elastic group (its refusal of a range the layout cannot take:
     ``tests/text/test_lm_job.py::test_bad_lm_input_is_one_line_before_ray_starts``)."""
-    plan = subprocess.run(
-        [sys.executable, "-m", "jobs.train", "--config", "configs/train_lm_tiny.yaml", "--plan"]
-        + ["--set", "scaling.num_workers={min: 1, max: 4}"],
-        cwd=REPO,
-        env={**os.environ, "RAY_ADDRESS": ""},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    plan = run_plan("configs/train_lm_tiny.yaml", "scaling.num_workers={min: 1, max: 4}")
     assert plan.returncode == 0, plan.stderr
     print(plan.stdout)
     lines = plan.stdout.splitlines()

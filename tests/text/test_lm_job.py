@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO
+from conftest import REPO, run_plan
 
 from scaleforge.artifacts import load_artifact
 from scaleforge.config import TrainJobConfig, load_config
@@ -125,13 +125,7 @@ def test_bad_lm_input_is_one_line_before_ray_starts(tmp_path):
 
 
 def test_plan_prints_every_layout_and_refuses_one_that_does_not_fit():
-    plan = subprocess.run(
-        [sys.executable, "-m", "jobs.train", "--config", "configs/train_lm_1b.yaml", "--plan"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    plan = run_plan("configs/train_lm_1b.yaml")
     assert plan.returncode == 0, plan.stderr
     print(plan.stdout)
     lines = plan.stdout.splitlines()
