@@ -12,6 +12,7 @@ worker's output to the driver again while debugging. An embedded Ray starts its 
 import logging
 import os
 
+import psutil
 import ray
 
 FAST_POLLING = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
@@ -80,13 +81,15 @@ def joins_a_cluster() -> bool:
     return bool(os.environ.get("RAY_ADDRESS"))
 
 
-def ensure_ray(min_cpus: float) -> None:
-    """Join the job's cluster, or start an embedded local Ray with enough logical CPUs.
+def ensure_ray(min_cpus: float, min_memory: float = 0) -> None:
+    """Join the job's cluster, or start an embedded local Ray with enough logical CPUs and memory.
 
     Under ``ray job submit`` (``RAY_ADDRESS`` set) this connects to that cluster. Otherwise a
     local Ray starts in-process with at least ``min_cpus`` logical CPUs, so a 2-core machine
-    can still host several workers plus Ray Data's tasks. Token authentication is left as
-    Ray configures it (on by default for new local clusters since Ray 2.52).
+    can still host several workers plus Ray Data's tasks, and a ``memory`` resource of at least
+    ``min_memory`` bytes (what the job's workers reserve: Ray's own default, 70% of the memory free
+    now, can be less than the workers of a model sized to the machine declare). Token authentication
+    is left as Ray configures it (on by default for new local clusters since Ray 2.52).
     """
     if ray.is_initialized():
         return
@@ -109,7 +112,14 @@ def ensure_ray(min_cpus: float) -> None:
         # address="local": always a fresh embedded instance, never a stale or foreign local cluster
         # that ray.init() would otherwise try to join (set RAY_ADDRESS=auto to use one on purpose).
         dashboard = os.environ.get("SCALEFORGE_RAY_DASHBOARD", "1") not in ("", "0")
+        free = 0.7 * psutil.virtual_memory().available
+        memory = {"_memory": int(max(min_memory, free))} if min_memory else {}
         ray.init(
-            address="local", num_cpus=cpus, include_dashboard=dashboard, dashboard_host="127.0.0.1", **quiet
+            address="local",
+            num_cpus=cpus,
+            include_dashboard=dashboard,
+            dashboard_host="127.0.0.1",
+            **memory,
+            **quiet,
         )
     quiet_ray_loggers()

@@ -35,6 +35,13 @@ FOUR_RANKS = {
     "dp=2 x fsdp=2": dict(dp=2, fsdp=2),
 }
 MEMORY_LAYOUTS = {"tp=2": dict(tp=2), "pp=2": dict(pp=2), "fsdp=2": dict(fsdp=2)}
+RELAYOUTS = [
+    ("fsdp=2", "tp=2"),
+    ("fsdp=2", "pp=2 1f1b"),
+    ("pp=2 gpipe", "fsdp=2"),
+    ("dp=2 x tp=2", "fsdp=2 x tp=2"),
+]
+"""A checkpoint written under one layout, resumed under another: pieces assembled and cut again."""
 
 
 def _data():
@@ -95,6 +102,17 @@ def _numerics(layout, folder):
     return {"losses": losses, "resumed": _train(resumed, resumed_optimizer, steps[STEPS:])}
 
 
+def _relayout(folder, layout):
+    """A fresh split under ``layout`` resumes from a checkpoint written under another layout."""
+    x, y = _data()
+    resumed, optimizer = _split(layout)
+    resumed.load(folder, optimizer)
+    batches = ReplicatedBatches(
+        x, y, BATCH // resumed.data_world, resumed.data_rank, resumed.data_world, seed=0
+    )
+    return _train(resumed, optimizer, list(itertools.islice(batches.epoch(0), STEPS + 1))[STEPS:])
+
+
 def _memory(layout):
     split, optimizer = _split(layout, LARGE)
     x, y = _data()
@@ -109,6 +127,11 @@ def _work(folder, layouts, memory_layouts):
             for name, layout in layouts.items()
         },
         "memory": {name: _memory(layout) for name, layout in memory_layouts.items()},
+        "relayout": {
+            f"{saved} -> {name}": _relayout(os.path.join(folder, saved.replace(" ", "_")), layouts[name])
+            for saved, name in RELAYOUTS
+            if saved in layouts and name in layouts
+        },
     }
 
 
@@ -161,6 +184,13 @@ def test_sharded_checkpoint_resumes_and_exports_the_whole_model(name, two_ranks,
         torch.testing.assert_close(gathered[key], tensor, atol=1e-5, rtol=1e-4, msg=key)
 
 
+@pytest.mark.parametrize("saved, name", RELAYOUTS)
+def test_a_checkpoint_resumes_under_another_layout(saved, name, two_ranks, four_ranks, reference):
+    _, ranks = two_ranks if name in TWO_RANKS else four_ranks
+    expected, _ = reference
+    assert ranks[0]["relayout"][f"{saved} -> {name}"] == pytest.approx(expected[STEPS:], abs=1e-4)
+
+
 def test_each_worker_holds_at_most_055_of_one_process(two_ranks):
     model = _model(LARGE)
     assert count_parameters(model) >= 20_000_000
@@ -183,25 +213,25 @@ def test_each_worker_holds_at_most_055_of_one_process(two_ranks):
 
 def test_a_tampered_checkpoint_is_refused_naming_the_file(two_ranks, tmp_path):
     """Checkpoints are safetensors and JSON only (nothing is unpickled); a changed byte is caught by the
-    digest in the stage's JSON, before any tensor reaches the model."""
+    digest in the rank's JSON, before any tensor reaches the model."""
     import shutil
 
-    from scaleforge.distributed.stage_checkpoint import CheckpointError
+    from scaleforge.distributed.sharded_checkpoint import CheckpointError
 
     folder, _ = two_ranks
     source = folder / "pp=2_gpipe"
     assert sorted(p.name for p in source.iterdir()) == [
-        "stage0.json",
-        "stage0.safetensors",
-        "stage1.json",
-        "stage1.safetensors",
+        "rank0.json",
+        "rank0.safetensors",
+        "rank1.json",
+        "rank1.safetensors",
     ]
     tampered = shutil.copytree(source, tmp_path / "tampered")
-    data = bytearray((tampered / "stage1.safetensors").read_bytes())
+    data = bytearray((tampered / "rank1.safetensors").read_bytes())
     data[-1] ^= 0xFF
-    (tampered / "stage1.safetensors").write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match=r"stage1\.safetensors: sha256 does not match stage1\.json"):
+    (tampered / "rank1.safetensors").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"rank1\.safetensors: sha256 does not match rank1\.json"):
         MeshParallel.gather(tampered, build_model(TINY, 40, 10))
-    (tampered / "stage1.json").unlink()
-    with pytest.raises(CheckpointError, match=r"stage1\.json: missing|hold no"):
+    (tampered / "rank1.json").unlink()
+    with pytest.raises(CheckpointError, match=r"holds no model/"):
         MeshParallel.gather(tampered, build_model(TINY, 40, 10))

@@ -5,8 +5,8 @@
   with the GPipe or 1F1B schedule;
 - fully sharded: FSDP2 ``fully_shard`` per plan unit and at the root (HSDP when ``dp > 1``).
 
-Checkpoints hold each pipeline stage's full state in safetensors and JSON, never pickle
-(:mod:`scaleforge.distributed.stage_checkpoint`); export merges the stages in one process.
+Checkpoints hold each rank's own shards in safetensors and JSON, never pickle, and gather nothing
+(:mod:`scaleforge.distributed.sharded_checkpoint`); export assembles the whole model in one process.
 """
 
 from pathlib import Path
@@ -24,7 +24,7 @@ from scaleforge.distributed.batches import MeshBatches, ordered_data_config
 from scaleforge.distributed.dims import ParallelDims
 from scaleforge.distributed.memory import MemoryReport, memory_held
 from scaleforge.distributed.plan import ParallelPlan
-from scaleforge.distributed.stage_checkpoint import gather_stages, load_stage, save_stage
+from scaleforge.distributed.sharded_checkpoint import gather_shards, load_shards, save_shards
 from scaleforge.distributed.strategy import Batch, LossFn, cross_entropy, scale_gradients
 
 if TYPE_CHECKING:
@@ -205,13 +205,17 @@ class MeshParallel:
         return memory_held(self.module, optimizer)
 
     def save(self, folder: Path, optimizer: torch.optim.Optimizer) -> bool:
-        """One rank per pipeline stage writes the stage's files, so the folders of all ranks merged
-        (as Ray Train does with reported checkpoints) form the checkpoint."""
-        writer = all(self.mesh.get_local_rank(dim) == 0 for dim in ("dp", "fsdp", "tp"))
-        return save_stage(folder, self.module, optimizer, self.mesh.get_local_rank("pp"), writer)
+        """Every rank writes the shards it holds (a data-parallel replica nothing, the first rank of each
+        pipeline stage its plain tensors too), so the folders of all ranks merged (as Ray Train does
+        with reported checkpoints) form the checkpoint, and no rank gathers more than it holds."""
+        replica = self.mesh.get_local_rank("dp") > 0
+        first = not replica and all(self.mesh.get_local_rank(dim) == 0 for dim in ("fsdp", "tp"))
+        return save_shards(
+            folder, self.module, optimizer, dist.get_rank(), replica=replica, first_of_stage=first
+        )
 
     def load(self, folder: Path, optimizer: torch.optim.Optimizer) -> None:
-        load_stage(folder, self.module, optimizer, self.mesh.get_local_rank("pp"))
+        load_shards(folder, self.module, optimizer)
 
     @staticmethod
     def data_config(ordered: bool = True) -> "DataConfig":
@@ -221,8 +225,8 @@ class MeshParallel:
 
     @staticmethod
     def gather(folder: Path, model: nn.Module) -> nn.Module:
-        """Fill the whole, unsplit ``model`` from a checkpoint's stages, in one process (no process group)."""
-        return gather_stages(folder, model)
+        """Fill the whole, unsplit ``model`` from a checkpoint's shards, in one process (no process group)."""
+        return gather_shards(folder, model)
 
 
 def _required(part, kind: str, dims: ParallelDims):

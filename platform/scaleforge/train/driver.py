@@ -118,7 +118,10 @@ def run_training(
     hooks = [*default_hooks(cfg), *hooks]
     for hook in hooks:
         hook.check(dims)
-    ensure_ray(min_cpus=scaling.num_workers * scaling.resources_per_worker.get("CPU", 1) + 2)
+    ensure_ray(
+        min_cpus=scaling.num_workers * scaling.resources_per_worker.get("CPU", 1) + 2,
+        min_memory=scaling.num_workers * scaling.resources_per_worker.get("memory", 0),
+    )
     data = data or build_ray_datasets(cfg.data)
     if cfg.run.log_every_steps:
         hooks.append(throughput_hook(cfg, data.info, cfg.global_slices))

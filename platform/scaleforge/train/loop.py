@@ -9,6 +9,7 @@ workers as an elastic group has now); reports metrics every epoch and a checkpoi
 
 import logging
 import math
+import resource
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,7 +146,8 @@ def _start(run: WorkerRun, rank: int, world: int) -> Rank:
 def _epoch_metrics(worker: Rank, epoch: int, progress: EpochProgress) -> dict:
     """The epoch's metrics, the same on every rank: training totals, a test pass, the hooks' own."""
     run, state, parallel = worker.run, worker.state, worker.parallel
-    train, lr, elapsed = progress.train, progress.lr, torch.tensor([progress.elapsed()])
+    # The epoch's time and the peak resident memory of this worker's process (the fullest worker's, reduced)
+    train, lr, elapsed = progress.train, progress.lr, torch.tensor([progress.elapsed(), _peak_rss()])
     extra = worker.hooks.epoch_metrics(worker.ctx)  # before evaluation, which is no training
     if not state["memory"] and (held := parallel.memory(worker.optimizer)) is not None:
         state["memory"] = gather_memory(held, worker.reference)  # after the first step every state exists
@@ -163,8 +165,9 @@ def _epoch_metrics(worker: Rank, epoch: int, progress: EpochProgress) -> dict:
         "test_loss": (test[0] / test[2]).item(),
         "test_accuracy": (test[1] / test[2]).item(),
         "lr": lr,
-        "samples_per_s": train[2].item() / elapsed.item(),
-        "epoch_s": elapsed.item(),
+        "samples_per_s": train[2].item() / elapsed[0].item(),
+        "epoch_s": elapsed[0].item(),
+        "peak_rss_gib": elapsed[1].item() / 2**30,
         "resumed_from_epoch": worker.ctx.start_epoch,
         **extra,
     }
@@ -174,3 +177,8 @@ def _epoch_metrics(worker: Rank, epoch: int, progress: EpochProgress) -> dict:
             bits_per_byte=metrics["test_loss"] / math.log(2) / run.info["bytes_per_token"],
         )
     return metrics
+
+
+def _peak_rss() -> float:
+    """Bytes: the most this process has held in memory so far (``getrusage``'s maximum resident set)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # KiB on Linux
