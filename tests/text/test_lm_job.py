@@ -162,14 +162,14 @@ def test_plan_prints_every_layout_and_refuses_one_that_does_not_fit():
 
 def test_the_big_cpu_config_does_not_fit_one_worker_and_fits_two_fully_sharded():
     """``configs/train_lm_big_cpu.yaml`` (``bench/lm_big.py`` trains it): one process's training state
-    of its 1.0B parameters exceeds the 10 GiB each worker reserves; fsdp=2 with recomputation fits."""
+    of its 0.9B parameters exceeds the 10 GiB each worker reserves; fsdp=2 with recomputation fits."""
     cfg = load_config(TrainJobConfig, REPO / "configs/train_lm_big_cpu.yaml")
     cap = cfg.scaling.resources_per_worker["memory"]
     assert cap == 10 * 2**30 and cfg.scaling.device_memory_gb == pytest.approx(cap / 1e9, abs=0.05)
     accepted = run_plan("configs/train_lm_big_cpu.yaml")
     assert accepted.returncode == 0, accepted.stderr
-    assert "1,008.2M parameters" in accepted.stdout
-    assert accepted.stdout.splitlines()[-1].startswith("layout fsdp=2 needs 8.")
+    assert "907.5M parameters" in accepted.stdout
+    assert accepted.stdout.splitlines()[-1].startswith("layout fsdp=2 needs 7.3 GB per device")
     refused = run_plan("configs/train_lm_big_cpu.yaml", "scaling.num_workers=1", "parallel.fsdp=1")
     assert refused.returncode == 2
-    assert "layout dp=1 needs 16.2 GB per device" in refused.stderr, refused.stderr
+    assert "layout dp=1 needs 14.6 GB per device" in refused.stderr, refused.stderr
