@@ -15,6 +15,7 @@ from scaleforge.config.loader import ConfigError
 from scaleforge.quickfit import bits_per_byte
 from scaleforge.text.corpus import load_corpus
 from scaleforge.text.dataset import windows
+from scaleforge.text.tokenizer import tokenizer_from_json
 from scaleforge.train import run_training
 
 
@@ -24,15 +25,21 @@ from scaleforge.train import run_training
     [
         # 14 steps an epoch: 4 batches of 16 rows a step (2 ranks x 2 accumulated)
         ("fsdp", ["optim.accumulate_steps=2"], 25),
-        ("pp", ["parallel.activation_checkpointing=selective"], 35),  # 57 steps an epoch
+        # BPE tokens of 512 ids (2.15 bytes each): 27 steps an epoch
+        (
+            "pp",
+            ["parallel.activation_checkpointing=selective", "data.tokenizer=bpe", "data.vocab_size=512"],
+            35,
+        ),
     ],
 )
 def test_the_split_language_model_resumes_at_the_next_unseen_batch(
     ray_cluster, tmp_path, split, levers, kill
 ):
     """Also the levers of a model that does not fit (``optim.accumulate_steps``,
-    ``parallel.activation_checkpointing``) through Ray Train: their numerics against one process are
-    ``tests/distributed/test_lm_parallel.py``'s."""
+    ``parallel.activation_checkpointing``) through Ray Train, their numerics against one process being
+    ``tests/distributed/test_lm_parallel.py``'s; and subword tokens (``data.tokenizer: bpe``): the
+    artifact's own tokenizer, rebuilt from its manifest, scores held-out bytes as the job did."""
     cfg = load_config(
         TrainJobConfig,
         REPO / "configs/train_lm_tiny.yaml",
@@ -56,9 +63,13 @@ def test_the_split_language_model_resumes_at_the_next_unseen_batch(
     artifact = load_artifact(result.artifact)
     assert artifact.manifest["training"]["parallel"][split] == 2
     if split == "pp":  # both stages, gathered into one model in this process, score what they scored together
+        tokenizer = tokenizer_from_json(artifact.manifest["tokenizer"])
+        assert artifact.manifest["tokenizer"]["type"] == "bpe" and tokenizer.vocab_size == 512
         validation = load_corpus().read("validation")[: cfg.data.max_validation_bytes]
-        x, y = windows(np.frombuffer(bytearray(validation), dtype=np.uint8), cfg.data.seq_len)
-        assert bits_per_byte(artifact.model, x, y) == pytest.approx(result.metrics["bits_per_byte"], abs=1e-4)
+        tokens = tokenizer.encode(validation)
+        x, y = windows(tokens.astype(np.int64), cfg.data.seq_len)
+        scored = bits_per_byte(artifact.model, x, y, bytes_per_token=len(validation) / len(tokens))
+        assert scored == pytest.approx(result.metrics["bits_per_byte"], abs=1e-4)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ embeddings), so the export renames and reshapes tensors and writes nothing else:
 query, key and value projections as one ``c_attn`` and stores its linear layers as ``Conv1D``
 (``[in, out]``, the transpose of ``nn.Linear``). Our GELU is the exact one (``activation_function:
 gelu``, not GPT-2's tanh approximation). The byte tokenizer is written as a ``tokenizers`` byte-level
-BPE with no merges, each of the 256 bytes its own id, so the exported tokenizer gives our ids.
+BPE with no merges, each of the 256 bytes its own id, and a trained BPE as itself, so the exported
+tokenizer gives our ids.
 
     python -m scaleforge.artifacts.hf ARTIFACT OUT_FOLDER
 
@@ -25,6 +26,7 @@ import torch
 
 from scaleforge.artifacts.store import load_artifact
 from scaleforge.config.models import capabilities_of
+from scaleforge.text.tokenizer import byte_chars, tokenizer_from_json
 
 
 def export_hf(artifact: str | os.PathLike, out: str | os.PathLike) -> Path:
@@ -71,7 +73,7 @@ def export_hf(artifact: str | os.PathLike, out: str | os.PathLike) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         hf.save_pretrained(staging, safe_serialization=True)
-        PreTrainedTokenizerFast(tokenizer_object=byte_tokenizer()).save_pretrained(staging)
+        PreTrainedTokenizerFast(tokenizer_object=_hf_tokenizer(manifest)).save_pretrained(staging)
         (staging / "scaleforge.json").write_text(
             json.dumps({"artifact": str(loaded.path), "tokenizer": manifest.get("tokenizer")}, indent=2)
             + "\n"
@@ -115,32 +117,22 @@ def gpt2_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: tensor.detach().contiguous().clone() for name, tensor in state.items()}
 
 
+def _hf_tokenizer(manifest: dict):
+    """The artifact's tokenizer as a ``tokenizers.Tokenizer`` whose ids are ours: a BPE's own, or the
+    byte tokens as a byte-level BPE without merges."""
+    recorded = manifest.get("tokenizer") or {"type": "bytes"}
+    return tokenizer_from_json(recorded).tokenizer if recorded["type"] == "bpe" else byte_tokenizer()
+
+
 def byte_tokenizer():
     """Our byte tokens as a ``tokenizers`` byte-level BPE without merges: byte ``b`` is id ``b``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    vocab = {char: byte for byte, char in enumerate(_gpt2_byte_chars())}
+    vocab = {char: byte for byte, char in enumerate(byte_chars())}
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer
-
-
-def _gpt2_byte_chars() -> list[str]:
-    """GPT-2's printable stand-in for each byte 0..255 (the byte-level pre-tokenizer's alphabet)."""
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    chars, extra = {}, 0
-    for byte in range(256):
-        if byte in printable:
-            chars[byte] = chr(byte)
-        else:
-            chars[byte] = chr(256 + extra)
-            extra += 1
-    return [chars[byte] for byte in range(256)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ from scaleforge import storage
 from scaleforge.artifacts import Artifact, save_artifact
 from scaleforge.compress.steps import CompressionStep, ModelState, StepArtifact
 from scaleforge.config.compress import CompressJobConfig
-from scaleforge.data.in_memory import InMemoryData
+from scaleforge.data.in_memory import InMemoryData, load_in_memory
 from scaleforge.models import MODEL_SPEC
 
 _log = logging.getLogger(__name__)
@@ -84,3 +84,12 @@ def save_model_state(
 def tokenizer_entry(manifest: dict) -> dict:
     """A language model's tokenizer entry, carried from artifact to artifact as the trainer writes it."""
     return {"tokenizer": manifest["tokenizer"]} if "tokenizer" in manifest else {}
+
+
+def teacher_data(spec, manifest: dict) -> InMemoryData:
+    """``spec``'s data in memory, a language model's text tokenized by the teacher's own tokenizer (a
+    BPE trained on other bytes gives other ids, which a student distilled from it must share)."""
+    from scaleforge.text.tokenizer import tokenizer_from_json
+
+    recorded = manifest.get("tokenizer")
+    return load_in_memory(spec, tokenizer_from_json(recorded) if recorded else None)

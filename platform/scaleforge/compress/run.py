@@ -17,12 +17,12 @@ import torch
 from scaleforge import storage
 from scaleforge.artifacts import load_artifact, load_model, read_manifest, save_artifact
 from scaleforge.compress.measure import StepRecord, folder_bytes, latency_table
-from scaleforge.compress.recipe import run_recipe, tokenizer_entry
+from scaleforge.compress.recipe import run_recipe, teacher_data, tokenizer_entry
 from scaleforge.compress.report import slim_sentence, write_report
 from scaleforge.compress.steps import StepArtifact
 from scaleforge.compress.sweeps import gather_sweeps, launch_sweeps
 from scaleforge.config.compress import CompressJobConfig
-from scaleforge.data.in_memory import InMemoryData, load_in_memory
+from scaleforge.data.in_memory import InMemoryData
 from scaleforge.models import MODEL_SPEC
 from scaleforge.runtime import ensure_ray
 
@@ -54,7 +54,7 @@ def run_compression(cfg: CompressJobConfig) -> CompressionResult:
     torch.set_num_threads(cfg.measure.threads)
     out, teacher_path = storage.normalize(cfg.output), storage.normalize(cfg.teacher)
     teacher = load_artifact(teacher_path)
-    data = load_in_memory(cfg.data)
+    data = teacher_data(cfg.data, teacher.manifest)
     if teacher.manifest.get("dataset", {}).get("fingerprint") not in (None, data.fingerprint):
         raise ValueError(
             f"data: {cfg.data.source} differs from the data the teacher was trained on "

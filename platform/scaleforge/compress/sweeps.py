@@ -9,12 +9,11 @@ from pydantic import TypeAdapter
 
 from scaleforge import storage
 from scaleforge.artifacts import load_artifact
-from scaleforge.compress.recipe import save_model_state, teacher_state
+from scaleforge.compress.recipe import save_model_state, teacher_data, teacher_state
 from scaleforge.compress.steps import StepArtifact, apply_step
 from scaleforge.config.compress import CompressJobConfig, Step
 from scaleforge.config.data import TrainDataSpec
 from scaleforge.data import localized
-from scaleforge.data.in_memory import load_in_memory
 
 _STEP, _DATA = TypeAdapter(Step), TypeAdapter(TrainDataSpec)
 _log = logging.getLogger(__name__)
@@ -35,7 +34,7 @@ def _sweep_point(step_json: dict, teacher_path: str, data_json: dict, target: st
     """One sweep setting, in its own Ray task: the step applied to the teacher, saved as an artifact."""
     torch.set_num_threads(1)
     step, teacher = _STEP.validate_python(step_json), load_artifact(teacher_path)
-    data = load_in_memory(_DATA.validate_python(data_json))
+    data = teacher_data(_DATA.validate_python(data_json), teacher.manifest)
     state, details = apply_step(step, teacher_state(teacher), data)
     save_model_state(target, state, teacher.manifest, data, {"step": step_json, **details})
     return details

@@ -99,12 +99,27 @@ class TextDataSpec(BaseModel):
     """Tokens per training window; the model predicts each token from the ones before it."""
     validation_fraction: float = Field(default=0.05, gt=0.0, lt=1.0)
     """Share of the files held out for validation, chosen by a hash of each file's path."""
-    tokenizer: Literal["bytes"] = "bytes"
-    """``bytes``: UTF-8 bytes as tokens (vocabulary 256, nothing to train)."""
+    tokenizer: Literal["bytes", "bpe"] = "bytes"
+    """``bytes``: UTF-8 bytes as tokens (vocabulary 256, nothing to train); ``bpe``: a byte-level BPE
+    (Hugging Face ``tokenizers``) trained on the training bytes, stored in the artifact as JSON. Bits
+    per byte are reported per byte of text either way."""
+    vocab_size: Optional[int] = Field(default=None, ge=257, le=65536)
+    """``bpe`` only: ids in its vocabulary, the 256 bytes and ``vocab_size - 256`` merges (default 4096)."""
     max_train_bytes: Optional[PositiveInt] = None
     """Train on the first this many bytes of the training split only (small runs and tests)."""
     max_validation_bytes: Optional[PositiveInt] = None
     """Validate on the first this many bytes of the validation split only."""
+
+    @model_validator(mode="after")
+    def _vocabulary_of_its_tokenizer(self) -> "TextDataSpec":
+        if self.vocab_size is not None and self.tokenizer == "bytes":
+            raise ValueError("data.vocab_size is the size of a trained vocabulary: set data.tokenizer=bpe")
+        return self
+
+    @property
+    def vocabulary(self) -> int:
+        """Token ids the model predicts: 256 bytes, or the BPE's ``vocab_size``."""
+        return 256 if self.tokenizer == "bytes" else self.vocab_size or 4096
 
 
 def _data_kind(value: Any) -> str:

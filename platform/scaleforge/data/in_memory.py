@@ -4,7 +4,7 @@ is better). For jobs that train or score in a process of their own rather than t
 (compression, the parameter server)."""
 
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 from torch import nn
@@ -29,6 +29,13 @@ class InMemoryData:
     y_test: np.ndarray
     info: DatasetInfo
     fingerprint: str
+    tokenizer: Any = None
+    """Text: the tokenizer of its tokens (the artifacts trained on it record it)."""
+
+    @property
+    def tokenizer_entry(self) -> dict:
+        """``{"tokenizer": ...}`` for an artifact's manifest (text), else ``{}``."""
+        return {"tokenizer": self.tokenizer.to_json()} if self.tokenizer is not None else {}
 
     @property
     def metric(self) -> str:
@@ -51,10 +58,11 @@ class InMemoryData:
         return {METRICS[self.metric]: self.score(model)}
 
 
-def load_in_memory(spec: Union[DataSpec, TextDataSpec]) -> InMemoryData:
-    """MNIST-1D or a ``.npz`` file, or (``kind: text``) a corpus read and cut into windows, in memory."""
+def load_in_memory(spec: Union[DataSpec, TextDataSpec], tokenizer: Any = None) -> InMemoryData:
+    """MNIST-1D or a ``.npz`` file, or (``kind: text``) a corpus read and cut into windows, in memory
+    (``tokenizer``: a model's own, e.g. a teacher's BPE, instead of the one ``spec`` names)."""
     if spec.kind == "text":
-        text = read_text(spec)
-        return InMemoryData(*text.train, *text.validation, text.info, text.fingerprint)
+        text = read_text(spec, tokenizer)
+        return InMemoryData(*text.train, *text.validation, text.info, text.fingerprint, text.tokenizer)
     arrays = load_arrays(spec)
     return InMemoryData(arrays.x, arrays.y, arrays.x_test, arrays.y_test, arrays.info, arrays.fingerprint)

@@ -3,7 +3,7 @@
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Union
 
 import pyarrow as pa
 import ray.data
@@ -31,6 +31,8 @@ class TrainingData:
     datasets: dict[str, ray.data.Dataset]
     info: DatasetInfo
     fingerprint: str
+    tokenizer: Any = None
+    """Text: the tokenizer of its tokens (the artifact records it)."""
 
 
 def build_ray_datasets(spec: Union[DataSpec, TextDataSpec]) -> TrainingData:
@@ -46,7 +48,7 @@ def build_ray_datasets(spec: Union[DataSpec, TextDataSpec]) -> TrainingData:
     spec = localized(spec)
     if spec.kind == "text":
         splits = read_text(spec)
-        return TrainingData(text_datasets(splits), splits.info, splits.fingerprint)
+        return TrainingData(text_datasets(splits), splits.info, splits.fingerprint, splits.tokenizer)
     if is_parquet(spec):
         info = describe(spec)
         keep = _fits_in_object_store((info.num_train + info.num_test) * (info.input_dim + 1) * 4)

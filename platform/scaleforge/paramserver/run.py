@@ -182,7 +182,8 @@ class ParameterServerRun:
                     "mode": server.mode,
                     "num_shards": server.num_shards,
                     "num_workers": cfg.workers.num_workers,
-                }
+                },
+                **self.data.tokenizer_entry,
             },
         )
         result.summary_path, result.plot_path = write_report(self.plan.output, cfg, result)

@@ -212,7 +212,7 @@ def _export(cfg: TrainJobConfig, data: TrainingData, hooks, model, state: dict, 
         "epochs": len(state["history"]),
         "parallel": cfg.dims.to_dict(),
     }
-    extra = {"tokenizer": ByteTokenizer().to_json()} if data.info.tokens else {}
+    extra = {"tokenizer": (data.tokenizer or ByteTokenizer()).to_json()} if data.info.tokens else {}
     for hook in hooks:
         entries = hook.export(cfg.artifact.dir, model, cfg.model, **shapes)
         training.update(entries.pop("training", {}))
