@@ -89,7 +89,7 @@ CASES = {
     (
         "configs/train_lm_1b.yaml",
         "scaling.device_memory_gb=12",
-    ): "layout fsdp=4 x tp=2 needs 18.1 GB per device",
+    ): "layout fsdp=4 x tp=2 needs 19.0 GB per device",
 }
 EXTRA = {
     "parallel.tp=2": ["model.num_heads=3", "model.d_model=66"],
@@ -136,7 +136,7 @@ def test_plan_prints_every_layout_and_refuses_one_that_does_not_fit():
     state = {name: sum(float(v) for v in row[:3]) for name, row in rows.items()}
     assert state["dp=8"] == pytest.approx(16 * 1_009.8e6 / 2**30, rel=0.01)
     assert state["fsdp=8"] == pytest.approx(state["dp=8"] / 8, rel=0.01)
-    assert lines[-1] == "layout fsdp=4 x tp=2 needs 18.1 GB per device, within scaling.device_memory_gb (80)"
+    assert lines[-1] == "layout fsdp=4 x tp=2 needs 19.0 GB per device, within scaling.device_memory_gb (80)"
     refused = subprocess.run(
         [
             sys.executable,
@@ -169,7 +169,7 @@ def test_the_big_cpu_config_does_not_fit_one_worker_and_fits_two_fully_sharded()
     accepted = run_plan("configs/train_lm_big_cpu.yaml")
     assert accepted.returncode == 0, accepted.stderr
     assert "907.5M parameters" in accepted.stdout
-    assert accepted.stdout.splitlines()[-1].startswith("layout fsdp=2 needs 7.3 GB per device")
+    assert accepted.stdout.splitlines()[-1].startswith("layout fsdp=2 needs 8.5 GB per device")
     refused = run_plan("configs/train_lm_big_cpu.yaml", "scaling.num_workers=1", "parallel.fsdp=1")
     assert refused.returncode == 2
-    assert "layout dp=1 needs 14.6 GB per device" in refused.stderr, refused.stderr
+    assert "layout dp=1 needs 15.1 GB per device" in refused.stderr, refused.stderr

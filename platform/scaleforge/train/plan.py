@@ -16,6 +16,11 @@ activation), plus the logits and their gradient on the last stage. A pipeline st
 activations of as many micro-batches as its schedule keeps in flight (GPipe: all, 1F1B: ``pp``).
 Activation checkpointing keeps less: ``full`` a layer's input ``d`` (and one layer's whole activations
 while it recomputes), ``selective`` its input and the outputs of its matmuls, ``3 d + (4 d + ff) / tp``.
+
+Besides the model's state, a worker holds communication buffers: FSDP gathers a unit's whole fp32
+parameters (the unit computing and the next, prefetched) and its whole gradient before reducing it;
+DDP keeps a second copy of the gradients in its buckets. And a worker process holds its runtime
+(Python, torch, gloo and Ray's worker, or a GPU's CUDA context), :data:`RUNTIME`.
 """
 
 import copy
@@ -23,16 +28,19 @@ import math
 from dataclasses import dataclass
 
 import torch
-from pydantic import ValidationError
 
 from scaleforge.config.loader import ConfigError
 from scaleforge.config.schema import TrainJobConfig
 from scaleforge.data.preflight import check_data
 from scaleforge.distributed.dims import ParallelDims
 from scaleforge.models import build_model, model_family
+from scaleforge.train.layouts import layouts
 
 _GIB = 2**30
 _FP32 = 4
+RUNTIME = _GIB // 2
+"""What a training worker process holds besides the model: measured on these machines, a Ray Train
+worker of ``train_lm_small.yaml`` peaks at 561 MiB with 13 MiB of model state (``bench/lm.py``'s layouts)."""
 
 
 @dataclass(frozen=True)
@@ -44,40 +52,13 @@ class LayoutMemory:
     grads: int
     optimizer: int
     activations: int
+    buffers: int = 0
+    """Communication buffers: FSDP's gathered units, DDP's gradient buckets."""
+    runtime: int = RUNTIME
 
     @property
     def total(self) -> int:
-        return self.params + self.grads + self.optimizer + self.activations
-
-
-def layouts(cfg: TrainJobConfig) -> list[TrainJobConfig]:
-    """``cfg`` under every layout of its workers that the trainer supports and its model allows
-    (dp; each of fsdp, tp and pp with dp; fsdp x tp), its own layout first."""
-    workers, parallel = cfg.scaling.num_workers, cfg.parallel
-    divisors = [d for d in range(2, workers + 1) if workers % d == 0]
-    candidates = [{}] + [{name: d} for name in ("fsdp", "tp", "pp") for d in divisors]
-    candidates += [{"fsdp": f, "tp": t} for f in divisors for t in divisors if workers % (f * t) == 0]
-    found, seen = [cfg], {cfg.dims}
-    for degrees in candidates:
-        layout = {
-            "dp": None,
-            "fsdp": 1,
-            "tp": 1,
-            "pp": 1,
-            "ep": 1,
-            **degrees,
-            "microbatches": max(parallel.microbatches, degrees.get("pp", 1)),
-        }
-        try:
-            variant = TrainJobConfig.model_validate(
-                {**cfg.model_dump(), "parallel": {**parallel.model_dump(), **layout}}
-            )
-        except ValidationError:  # the model or batch does not split this way (heads, layers, micro-batches)
-            continue
-        if variant.dims not in seen:
-            found.append(variant)
-            seen.add(variant.dims)
-    return found
+        return self.params + self.grads + self.optimizer + self.activations + self.buffers + self.runtime
 
 
 def layout_memory(cfg: TrainJobConfig, dims: ParallelDims, input_dim: int, num_classes: int) -> LayoutMemory:
@@ -111,7 +92,25 @@ def layout_memory(cfg: TrainJobConfig, dims: ParallelDims, input_dim: int, num_c
         elements * _FP32,
         optimizer_copies * elements * _FP32,
         _activations(cfg, dims, input_dim, num_classes),
+        _buffers(model, plan, shards, dims, elements),
     )
+
+
+def _buffers(model, plan, shards: dict[str, int], dims: ParallelDims, elements: int) -> int:
+    """FSDP: the largest unit's whole parameters twice (computing, prefetched) and its whole gradient;
+    DDP (data parallelism alone): its buckets' copy of the gradients."""
+    if dims.fsdp > 1:
+        units = plan.fsdp_units(model) or [model]
+        prefix = {id(module): name for name, module in model.named_modules()}
+
+        def size(unit) -> int:
+            names = (f"{prefix[id(unit)]}.{n}".lstrip(".") for n, _ in unit.named_parameters())
+            return sum(math.ceil(p.numel() / shards.get(n, 1)) for n, p in zip(names, unit.parameters()))
+
+        return 3 * max(size(unit) for unit in units) * _FP32
+    if dims.data_world > 1 and not (dims.tp_enabled or dims.pp_enabled or dims.ep > 1):
+        return elements * _FP32
+    return 0
 
 
 def _tensor_shards(model, plan, tp: int) -> dict[str, int]:
@@ -158,8 +157,8 @@ def memory_plan(cfg: TrainJobConfig, input_dim: int, num_classes: int) -> tuple[
     rows = [layout_memory(variant, variant.dims, input_dim, num_classes) for variant in layouts(cfg)]
     device = cfg.scaling.device_memory_gb
     header = (
-        f"{'layout':<24}{'params':>10}{'grads':>10}{'optimizer':>11}{'activations':>13}"
-        f"{'total GiB':>11}  fits"
+        f"{'layout':<24}{'params':>10}{'grads':>10}{'optimizer':>11}{'activations':>13}{'buffers':>9}"
+        f"{'runtime':>9}{'total GiB':>11}  fits"
     )
     with torch.device("meta"):
         parameters = sum(p.numel() for p in build_model(cfg.model, input_dim, num_classes).parameters())
@@ -174,7 +173,8 @@ def memory_plan(cfg: TrainJobConfig, input_dim: int, num_classes: int) -> tuple[
         fits = "-" if not device else ("yes" if row.total <= device * 1e9 else "NO")
         lines.append(
             f"{row.dims.describe():<24}{row.params / _GIB:>10.2f}{row.grads / _GIB:>10.2f}"
-            f"{row.optimizer / _GIB:>11.2f}{row.activations / _GIB:>13.2f}{row.total / _GIB:>11.2f}  {fits}"
+            f"{row.optimizer / _GIB:>11.2f}{row.activations / _GIB:>13.2f}{row.buffers / _GIB:>9.2f}"
+            f"{row.runtime / _GIB:>9.2f}{row.total / _GIB:>11.2f}  {fits}"
             + ("  <- this job" if index == 0 else "")
         )
     if cfg.scaling.elastic:
@@ -210,7 +210,8 @@ def check_fits(cfg: TrainJobConfig, input_dim: int, num_classes: int) -> None:
         raise ConfigError(
             f"parallel: layout {cfg.dims.describe()} needs {need.total / 1e9:.1f} GB per device "
             f"(params {need.params / 1e9:.1f}, grads {need.grads / 1e9:.1f}, optimizer "
-            f"{need.optimizer / 1e9:.1f}, activations {need.activations / 1e9:.1f}), more than "
+            f"{need.optimizer / 1e9:.1f}, activations {need.activations / 1e9:.1f}, buffers "
+            f"{need.buffers / 1e9:.1f}, runtime {need.runtime / 1e9:.1f}), more than "
             f"scaling.device_memory_gb ({device:g}); see --plan for layouts that fit"
         )
 
