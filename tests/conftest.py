@@ -22,6 +22,10 @@ for _name, _value in {
     # gather hundreds). No test streams worker output: progress travels through a queue.
     "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
     "LOG_NAME_UPDATE_INTERVAL_S": "2",
+    # One intra-op thread per process unless a test asks for more (torch.set_num_threads): the suite
+    # runs two test files at once, each with Ray workers, replicas and jobs of its own, on 2 cores
+    # that it keeps 95% busy, where a second OpenMP thread per process only spins against the others.
+    "OMP_NUM_THREADS": "1",
 }.items():
     os.environ.setdefault(_name, _value)
 # Credentials for the suite's own S3 server (the `s3` fixture), set before any Ray starts so that
