@@ -21,9 +21,7 @@ from scaleforge.artifacts.layout import WEIGHTS, verify
 
 def cache_root() -> Path:
     """This node's artifact cache: ``$SCALEFORGE_CACHE/artifacts`` (``~/.cache/scaleforge/artifacts``)."""
-    return (
-        Path(os.environ.get("SCALEFORGE_CACHE") or "~/.cache/scaleforge").expanduser().resolve() / "artifacts"
-    )
+    return storage.node_cache() / "artifacts"
 
 
 def cached_weights(location: storage.Location, manifest: dict[str, Any]) -> Path:

@@ -16,6 +16,11 @@ from scaleforge.storage.types import Location
 _CHUNK = 1 << 20
 
 
+def node_cache() -> Path:
+    """This node's cache folder: ``$SCALEFORGE_CACHE``, else ``~/.cache/scaleforge``."""
+    return Path(os.environ.get("SCALEFORGE_CACHE") or "~/.cache/scaleforge").expanduser().resolve()
+
+
 def write_atomic(location: Location, data: Union[str, bytes, Callable[[BinaryIO], None]]) -> Union[Path, str]:
     """Replace the file at ``location`` with ``data`` in one step; a local parent folder is created.
 

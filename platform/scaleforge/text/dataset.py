@@ -9,16 +9,14 @@ shard of the windows, so no worker holds the whole corpus.
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
 from scaleforge.config.data import TextDataSpec
 from scaleforge.data.sources import DatasetInfo
-from scaleforge.storage import write_atomic
+from scaleforge.storage import node_cache, write_atomic
 from scaleforge.text.corpus import Corpus, load_corpus
 from scaleforge.text.tokenizer import BPETokenizer, ByteTokenizer, tokenizer_from_json, train_bpe
 
@@ -93,8 +91,7 @@ def text_tokenizer(spec: TextDataSpec, train_bytes: bytes) -> Union[ByteTokenize
 
     recipe = f"\0bpe {spec.vocabulary} {tokenizers.__version__}".encode()
     key = hashlib.sha256(train_bytes + recipe).hexdigest()
-    cache = Path(os.environ.get("SCALEFORGE_CACHE") or "~/.cache/scaleforge").expanduser() / "tokenizers"
-    path = cache / f"{key}.json"
+    path = node_cache() / "tokenizers" / f"{key}.json"
     if path.is_file():
         return tokenizer_from_json(json.loads(path.read_text()))
     tokenizer = train_bpe(train_bytes, spec.vocabulary)
