@@ -52,19 +52,22 @@ class Meter(TrainHook):
         }
 
 
-def job(tmp: Path, name: str, *overrides: str) -> TrainJobConfig:
+def job(tmp: Path, name: str, *overrides: str, config: Path = CONFIG) -> TrainJobConfig:
     return load_config(
         TrainJobConfig,
-        CONFIG,
+        config,
         [*overrides, f"artifact.dir={tmp / name}", f"run.storage_path={tmp / 'runs'}"],
         check_runnable,
     )
 
 
-def short_job(tmp: Path, name: str, workers: int, steps: int, *overrides: str) -> TrainJobConfig:
-    """The config cut to ``steps`` optimiser steps of one epoch (and a token validation split)."""
-    cfg = job(tmp, name, f"scaling.num_workers={workers}", *overrides)
-    seq, batch = cfg.data.seq_len, cfg.optim.batch_size
+def short_job(
+    tmp: Path, name: str, workers: int, steps: int, *overrides: str, config: Path = CONFIG
+) -> TrainJobConfig:
+    """The config cut to ``steps`` optimiser steps of one epoch (and a token validation split); a BPE's
+    tokens take about 4 bytes each here (3.7 on the standard library), so a few more steps than that."""
+    cfg = job(tmp, name, f"scaling.num_workers={workers}", *overrides, config=config)
+    seq, batch = cfg.data.seq_len * (1 if cfg.data.tokenizer == "bytes" else 4), cfg.optim.batch_size
     return job(
         tmp,
         name,
@@ -73,6 +76,7 @@ def short_job(tmp: Path, name: str, workers: int, steps: int, *overrides: str) -
         "run.log_every_steps=null",
         f"data.max_train_bytes={steps * cfg.dims.data_world * batch * seq + 1}",
         f"data.max_validation_bytes={batch * cfg.dims.data_world * seq + 1}",
+        config=config,
     )
 
 
@@ -85,7 +89,7 @@ def timed(cfg: TrainJobConfig, warmup: int) -> tuple[dict, float]:
     return {**metrics, "called_at": called}, metrics["warm_at"] - called
 
 
-def plain(mode: str, tmp: Path, *args: str, ranks: int = 2) -> tuple[dict, float]:
+def plain(mode: str, tmp: Path, *args: str, ranks: int = 2, config: Path = CONFIG) -> tuple[dict, float]:
     """``bench/peers/lm_plain.py`` (under torchrun with ``ranks`` processes for ``ddp``): its result and
     when it was launched."""
     out = tmp / f"{mode}.json"
@@ -101,7 +105,7 @@ def plain(mode: str, tmp: Path, *args: str, ranks: int = 2) -> tuple[dict, float
             str(ROOT / "bench" / "peers" / "lm_plain.py"),
             mode,
             "--config",
-            str(CONFIG),
+            str(config),
             "--out",
             str(out),
             *args,

@@ -18,7 +18,7 @@ class Sizes:
     throughput comparison; runs a side of the quality comparison; ``cut``: overrides that slice the
     bytes (``--quick``); ``other_ray_ok``: wait only for this bench's own Ray processes to go before a
     plain peer runs, not for every Ray on the machine (``--other-ray-ok``, smoke runs on a shared
-    machine).
+    machine); ``config``: see below.
 
     DDP's tokens/s is flat after 50 steps, Ray Train's after its first ~100 (its progress lines, every
     100 steps, on 1-6 MB slices of the corpus): both sides are timed over steps 300 to 1,000, the window
@@ -32,6 +32,13 @@ class Sizes:
     quality_runs: int = 3
     cut: tuple[str, ...] = ()
     other_ray_ok: bool = False
+    config: str = CONFIG.name
+    """The config under ``configs/`` that the quality and layouts parts train (``bench/lm_speedrun.py``
+    gives its own); the throughput part's is always :data:`CONFIG`."""
+
+    @property
+    def config_path(self) -> Path:
+        return ROOT / "configs" / self.config
 
 
 QUICK = Sizes(40, 10, 12, 4, 1, 3, ("data.max_train_bytes=400000", "data.max_validation_bytes=100000"))

@@ -34,15 +34,16 @@ from scaleforge.config import TrainJobConfig, load_config  # noqa: E402
 from scaleforge.models import build_model  # noqa: E402
 from scaleforge.quickfit import bits_per_byte  # noqa: E402
 from scaleforge.text.dataset import read_text  # noqa: E402
-from scaleforge.text.tokenizer import ByteTokenizer  # noqa: E402
 
 
 def setup(config: str, overrides: list[str]):
-    """The config's model (seeded), AdamW (no decay on norms and biases) and both splits as tensors."""
+    """The config's model (seeded), AdamW (no decay on norms and biases), both splits as tensors and the
+    validation split's bytes per token (the config's tokenizer: bytes, or a BPE trained on the training
+    bytes, the job's own from the same cache)."""
     cfg = load_config(TrainJobConfig, config, overrides)
     splits = read_text(cfg.data)
     torch.manual_seed(cfg.optim.seed)
-    model = build_model(cfg.model, cfg.data.seq_len, ByteTokenizer.vocab_size)
+    model = build_model(cfg.model, cfg.data.seq_len, splits.info.num_classes)
     params = list(model.parameters())
     optimizer = torch.optim.AdamW(
         [
@@ -56,7 +57,7 @@ def setup(config: str, overrides: list[str]):
         name: TensorDataset(torch.from_numpy(x).long(), torch.from_numpy(y).long())
         for name, (x, y) in (("train", splits.train), ("validation", splits.validation))
     }
-    return cfg, model, optimizer, tensors
+    return cfg, model, optimizer, tensors, splits.info.bytes_per_token
 
 
 def step(model, optimizer, x, y, clip: float) -> float:
@@ -77,12 +78,12 @@ def single(args) -> dict:
     scoring's own time is set aside first, estimated from a timed slice of the windows (the
     Ray job's wall-clock, which ``--seconds`` is given, ends with its workers' evaluation too)."""
     torch.set_num_threads(args.threads)
-    cfg, model, optimizer, data = setup(args.config, args.set)
+    cfg, model, optimizer, data, bytes_per_token = setup(args.config, args.set)
     validation = [t.numpy() for t in data["validation"].tensors]
     sliced = max(1, len(validation[0]) // 16)
     timed = time.perf_counter()
     with torch.no_grad():
-        bits_per_byte(model, *(v[:sliced] for v in validation), batch_size=SCORING_ROWS)
+        bits_per_byte(model, *(v[:sliced] for v in validation), bytes_per_token, SCORING_ROWS)
     scoring = (time.perf_counter() - timed) * len(validation[0]) / sliced
     began = time.perf_counter()
     budget = args.seconds - (began - STARTED) - scoring
@@ -90,7 +91,8 @@ def single(args) -> dict:
         raise SystemExit(
             f"--seconds {args.seconds:.0f}: start-up and scoring alone take {args.seconds - budget:.0f} s"
         )
-    warmup, peak, clip = 0.02 * budget, cfg.optim.lr, cfg.optim.clip_grad_norm
+    warmup = cfg.optim.warmup_epochs / cfg.optim.epochs * budget  # the job's share of its training
+    peak, clip = cfg.optim.lr, cfg.optim.clip_grad_norm
     steps, tokens, epoch = 0, 0, 0
     model.train()
     while time.perf_counter() - began < budget:
@@ -116,7 +118,7 @@ def single(args) -> dict:
         epoch += 1
     trained_s = time.perf_counter() - began
     with torch.no_grad():  # scored as the compression job scores a language model
-        bits = bits_per_byte(model, *validation, batch_size=SCORING_ROWS)
+        bits = bits_per_byte(model, *validation, bytes_per_token, SCORING_ROWS)
     return {
         "bits_per_byte": bits,
         "steps": steps,
@@ -135,7 +137,7 @@ def ddp(args) -> dict:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)
-    cfg, model, optimizer, data = setup(args.config, args.set)
+    cfg, model, optimizer, data, _ = setup(args.config, args.set)
     model = DistributedDataParallel(model)
     sampler = DistributedSampler(
         data["train"], num_replicas=world, rank=rank, shuffle=True, seed=cfg.optim.seed
