@@ -27,16 +27,14 @@ Prints each bar with met/missed (a gap inside the spread is a tie); exit status 
 
 import statistics
 import sys
-import time
 from pathlib import Path
-
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
 
 from bars import print_bars  # noqa: E402
 from jobs_here import job_folder  # noqa: E402
+from lm_compile import kernel_share  # noqa: E402
 from provenance import check_and_print  # noqa: E402
 
 from scaleforge.config import TrainJobConfig, load_config  # noqa: E402
@@ -146,49 +144,6 @@ def _compile(tmp: Path) -> list:
     return rows
 
 
-_KERNELS = ("mm", "bmm", "linear", "matmul", "scaled_dot_product", "flash_attention")
-"""Profiler op names (substrings) of the kernels that compiling does not make faster on CPU: matmuls
-and attention, which inductor leaves to oneDNN / MKL."""
-
-
-def _kernel_share() -> float:
-    """The share of one eager training step of the tiny model (one rank's batch, one thread) that
-    compiling the layers cannot shorten: the matmul and attention kernels of forward and backward
-    (their share of the ops' self CPU time, from torch's profiler) and the optimiser's step (outside
-    the compiled layers), each timed."""
-    from scaleforge.models import build_model
-
-    cfg = load_config(TrainJobConfig, CONFIG)
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = build_model(cfg.model, cfg.data.seq_len, 256)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr)
-    x = torch.randint(0, 256, (cfg.optim.batch_size, cfg.data.seq_len))
-
-    def forward_backward():
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(x).flatten(0, 1), x.flatten()).backward()
-
-    for _ in range(5):
-        forward_backward()
-        optimizer.step()
-    timed = {"fb": 0.0, "opt": 0.0}
-    for _ in range(20):
-        started = time.perf_counter()
-        forward_backward()
-        timed["fb"] += time.perf_counter() - started
-        started = time.perf_counter()
-        optimizer.step()
-        timed["opt"] += time.perf_counter() - started
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-        for _ in range(10):
-            forward_backward()
-    ops = [e for e in profile.key_averages() if e.key.startswith("aten::")]
-    kernels = sum(e.self_cpu_time_total for e in ops if any(k in e.key for k in _KERNELS))
-    in_kernels = kernels / sum(e.self_cpu_time_total for e in ops)
-    return (in_kernels * timed["fb"] + timed["opt"]) / (timed["fb"] + timed["opt"])
-
-
 def _recompute(tmp: Path) -> list:
     speeds = _rounds(
         tmp,
@@ -208,7 +163,7 @@ def main() -> int:
         ensure_ray(min_cpus=4)
         rows += _precision(tmp)
         rows += _compile(tmp)
-        share = _kernel_share()
+        share = kernel_share(load_config(TrainJobConfig, CONFIG))
         rows += _recompute(tmp)
     rows.append(
         (
