@@ -36,6 +36,9 @@ demo: install
 # Two workers (pytest-xdist), a test file per worker at a time: much of a test's time is spent
 # waiting on processes it starts (jobs, heads, replicas); tests/conftest.py starts the longest first.
 PYTEST_WORKERS ?= 2
+# KubeRay's CRDs for tests/cluster/test_kuberay.py, read where they are (never copied into the tree):
+# beside the checkout, else this machine's shared folder; without them those tests skip, saying so.
+export SCALEFORGE_KUBERAY_CRDS ?= $(firstword $(wildcard $(CURDIR)/../shared/kuberay/v1.7.0 /work/shared/kuberay/v1.7.0))
 test: install
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 

@@ -1,7 +1,5 @@
 """Every file in configs/ builds and passes its pre-flight; overrides and bad input behave as documented."""
 
-import re
-
 import pytest
 from conftest import REPO
 
@@ -9,6 +7,7 @@ from jobs.hwbench import check_runnable as check_hwbench
 from scaleforge.calibrate.serve_file import check_runnable as check_calibration
 from scaleforge.compress.preflight import check_runnable as check_compression
 from scaleforge.config import JOB_SCHEMAS, ConfigError, TrainJobConfig, load_config
+from scaleforge.config.loader import job_of
 from scaleforge.paramserver.preflight import check_runnable as check_async_sgd
 from scaleforge.pipeline.preflight import check_runnable as check_pipeline
 from scaleforge.train.preflight import check_runnable
@@ -23,13 +22,6 @@ PREFLIGHTS = {
     "jobs.pipeline": check_pipeline,
 }
 """Each job's pre-flight; jobs.serve checks its artifacts in serving.run."""
-
-
-def job_of(path) -> str:
-    """The job that runs a config file: the ``# python -m jobs.<name>`` line it opens with."""
-    header = re.search(r"^# python -m (jobs\.\w+)", path.read_text(), re.MULTILINE)
-    assert header, f"{path.name} must open with the command that runs it"
-    return header.group(1)
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])

@@ -1,5 +1,6 @@
 """YAML -> pydantic with dotted ``--set`` overrides; every failure is one readable ConfigError."""
 
+import re
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
@@ -14,6 +15,14 @@ M = TypeVar("M", bound=BaseModel)
 
 class ConfigError(ValueError):
     """A config that cannot run: the message names the file, the field and the problem."""
+
+
+def job_of(path: Path) -> str:
+    """The job that runs a config file: the ``# python -m jobs.<name>`` line it opens with."""
+    header = re.search(r"^# python -m (jobs\.\w+)", Path(path).read_text(), re.MULTILINE)
+    if not header:
+        raise ConfigError(f"{path}: a config opens with the command that runs it (# python -m jobs.<name>)")
+    return header.group(1)
 
 
 def load_config(
