@@ -216,3 +216,33 @@ def test_the_services_serve_config_parses_back_to_the_serve_config_with_artifact
         m["artifact"].replace("~/scaleforge", STORAGE) for m in shipped_app["args"]["models"]
     ]
     assert app.args["routers"] == shipped_app["args"]["routers"]
+
+
+def test_the_command_prints_a_manifest_or_one_line_and_exit_status_2(tmp_path):
+    import subprocess
+    import sys
+
+    command = [
+        sys.executable,
+        "-m",
+        "scaleforge.cluster",
+        "kuberay",
+        "job",
+        "--config",
+        "configs/train_dp.yaml",
+    ]
+    made = subprocess.run(
+        [*command, "--image", IMAGE, "--storage", STORAGE, "--out", str(tmp_path / "job.yaml")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    assert yaml.safe_load((tmp_path / "job.yaml").read_text())["kind"] == "RayJob"
+    refused = subprocess.run(
+        [*command, "--image", IMAGE, "--storage", "~/scaleforge"], cwd=REPO, capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip() == (
+        "error: --storage ~/scaleforge: pods share no disk; give a bucket URI (s3://BUCKET/prefix)"
+    )
