@@ -141,3 +141,60 @@ def v2_body(x: np.ndarray, **parameters) -> dict:
 def output(response: dict, name: str) -> np.ndarray:
     tensor = next(t for t in response["outputs"] if t["name"] == name)
     return np.asarray(tensor["data"]).reshape(tensor["shape"])
+
+
+# Which rows of the Grafana dashboard (serving/grafana_dashboard.json) each served test app feeds:
+# that file's last test scrapes /metrics for every metric those rows' queries read.
+DASHBOARD_ROWS = {
+    "test_serving_http.py": ("Requests", "Cascades", "Mixture of experts"),
+    "test_generator.py": ("Requests", "Language models"),
+}
+
+
+def dashboard_metrics(rows: tuple[str, ...] | None = None) -> set[str]:
+    """Every metric the committed dashboard's queries read (of the named rows' panels, if given).
+    Each query is parsed as PromQL, so one that Prometheus would refuse fails here."""
+    import promql_parser
+
+    from serving.dashboard import COMMITTED
+
+    names: set[str] = set()
+
+    def visit(expr):
+        if isinstance(expr, promql_parser.VectorSelector):
+            names.add(expr.name)
+
+    row = None
+    for panel in json.loads(COMMITTED.read_text())["panels"]:
+        if panel["type"] == "row":
+            row = panel["title"]
+        elif rows is None or row in rows:
+            for target in panel["targets"]:
+                promql_parser.walk(promql_parser.parse(target["expr"]), pre_visit=visit)
+    return names
+
+
+def prometheus_samples(metrics_port: int) -> list[tuple[str, str, float]]:
+    """``(name, labels, value)`` of every sample the session node's ``/metrics`` exports now."""
+    import httpx
+
+    samples = []
+    for line in httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            name, _, labels = series.partition("{")
+            samples.append((name, labels.rstrip("}"), float(value)))
+    return samples
+
+
+def missing_metrics(metrics_port: int, names: set[str], timeout_s: float = 60) -> set[str]:
+    """The names of ``names`` that ``/metrics`` still lacks after up to ``timeout_s`` (Ray exports
+    what replicas record every few seconds, so it is polled)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while (missing := names - {name for name, _, _ in prometheus_samples(metrics_port)}) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(2)
+    return missing

@@ -11,7 +11,7 @@ import openai
 import pytest
 from lm_env import stdlib_bytes, trained_lms
 from ray import serve
-from serving_env import running_serve, small_deployment
+from serving_env import DASHBOARD_ROWS, dashboard_metrics, missing_metrics, running_serve, small_deployment
 
 from serving.app import build_app
 
@@ -168,3 +168,15 @@ def test_the_v2_endpoint_answers_the_next_token(base):
         f"{base}/v2/models/lm/infer", json=body | {"inputs": [body["inputs"][0] | {"data": [0.5] * 64}]}
     )
     assert bad.status_code == 400 and "token ids" in bad.json()["error"]
+
+
+def test_the_dashboard_reads_only_metrics_a_generator_exports(base, metrics_port):
+    """Must-show 5 of issue 49: every metric that the Grafana dashboard's request and language-model
+    panels query (tokens/s, time to first token, inter-token latency, running and waiting
+    sequences) is exported by Ray for this app, after one streamed completion of its own."""
+    body = {"model": "lm", "prompt": "def ", "max_tokens": 20, "stream": True}
+    with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=60) as response:
+        assert response.status_code == 200 and list(response.iter_lines())
+    names = dashboard_metrics(DASHBOARD_ROWS["test_generator.py"])
+    assert len(names) >= 7, names
+    assert missing_metrics(metrics_port, names) == set()

@@ -5,6 +5,7 @@ auth) on a free port of the session's Ray cluster; tests that break things (kill
 """
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -21,7 +22,19 @@ import torch
 import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton
 from ray import serve
-from serving_env import free_port, mnist1d, output, running_serve, serve_args, trained_models, v2_body
+from serving_env import (
+    DASHBOARD_ROWS,
+    dashboard_metrics,
+    free_port,
+    missing_metrics,
+    mnist1d,
+    output,
+    prometheus_samples,
+    running_serve,
+    serve_args,
+    trained_models,
+    v2_body,
+)
 
 from scaleforge.artifacts import load_artifact
 from scaleforge.artifacts.servable import load_servable
@@ -479,8 +492,6 @@ def test_transport_and_auth_errors(server, data):
 def test_prometheus_counts_every_answer_by_status(server, data, metrics_port):
     """Refusals are counted too: Ray's Prometheus endpoint shows 200, 400 and 401 answers of the
     teacher (the counter is exported every few seconds, so it is polled)."""
-    import re
-
     client, x = server["client"], data["x_test"][:4]
     base = str(client.base_url)
     assert client.post("/v2/models/teacher/infer", json=v2_body(x)).status_code == 200
@@ -490,11 +501,9 @@ def test_prometheus_counts_every_answer_by_status(server, data, metrics_port):
     deadline = time.time() + 60
     while time.time() < deadline and not {"200", "400", "401"} <= counted.keys():
         time.sleep(2)
-        text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
-        for line in text.splitlines():
-            if line.startswith("ray_scaleforge_requests") and 'model="teacher"' in line:
-                status = re.search(r'status="(\d+)"', line).group(1)
-                counted[status] = float(line.rsplit(" ", 1)[1])
+        for name, labels, value in prometheus_samples(metrics_port):
+            if name == "ray_scaleforge_requests_total" and 'model="teacher"' in labels:
+                counted[re.search(r'status="(\d+)"', labels).group(1)] = value
     assert {"200", "400", "401"} <= counted.keys(), counted
     assert all(counted[status] >= 1 for status in ("200", "400", "401")), counted
 
@@ -653,3 +662,14 @@ def test_replica_killed_under_load(server, data):
     )
     assert len(statuses) - at_kill >= 40
     assert failures == []
+
+
+def test_the_dashboard_reads_only_metrics_this_app_exports(server, data, metrics_port):
+    """Must-show 5 of issue 49: every metric that the Grafana dashboard's request, cascade and
+    expert panels query is exported by Ray for this app. It runs last in this file: the expert
+    fallbacks and failures it needs are those of the replica kills above."""
+    for name in ("teacher", "cascade", "moe"):
+        infer(server, name, data["x_test"][:8])
+    names = dashboard_metrics(DASHBOARD_ROWS["test_serving_http.py"])
+    assert len(names) >= 8, names
+    assert missing_metrics(metrics_port, names) == set()
