@@ -203,6 +203,31 @@ def test_rays_kuberay_autoscaler_reads_the_cluster_back_as_cluster_yamls_node_ty
     assert derived["available_node_types"]["headgroup"]["resources"]["CPU"] == 0
 
 
+@needs_crds
+def test_a_tpu_group_is_one_replica_per_slice_as_rays_autoscaler_reads_it():
+    """GKE's v5e 4x4 slice: 16 chips on 4 hosts of 4; Ray's KubeRay autoscaler sees up to 2 slices of
+    4 workers, each with 4 TPUs, one of them the slice's head (``TPU-v5litepod-16-head``)."""
+    from ray.autoscaler._private.kuberay.autoscaling_config import _derive_autoscaling_config_from_ray_cr
+
+    applied = cluster_manifest(str(REPO / "cluster.yaml"), IMAGE, tpu="tpu-v5-lite-podslice:4x4:2")
+    (group,) = [g for g in applied["spec"]["workerGroupSpecs"] if g["groupName"].startswith("tpu")]
+    assert (group["numOfHosts"], group["minReplicas"], group["maxReplicas"]) == (4, 0, 2)
+    assert group["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "4x4"
+    applied["metadata"]["namespace"] = "default"
+    node = _derive_autoscaling_config_from_ray_cr(applied)["available_node_types"][group["groupName"]]
+    assert (node["min_workers"], node["max_workers"]) == (0, 8)
+    assert node["resources"]["TPU"] == 4 and node["resources"]["TPU-v5litepod-16-head"] == 1
+    single = cluster_manifest(str(REPO / "cluster.yaml"), IMAGE, tpu="tpu-v6e-slice:2x2")
+    assert single["spec"]["workerGroupSpecs"][-1]["numOfHosts"] == 1  # one host holds 4 chips
+    for tpu, message in [
+        ("tpu-v9:4x4", "unknown accelerator 'tpu-v9'"),
+        ("tpu-v4-podslice:big", "ACCELERATOR:TOPOLOGY"),
+        ("tpu-v4-podslice:2x2x2:two", "MAX_SLICES"),
+    ]:
+        with pytest.raises(ManifestError, match=message):
+            cluster_manifest(str(REPO / "cluster.yaml"), IMAGE, tpu=tpu)
+
+
 def test_the_services_serve_config_parses_back_to_the_serve_config_with_artifacts_in_the_bucket():
     from ray.serve.schema import ServeDeploySchema
 

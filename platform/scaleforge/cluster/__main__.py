@@ -41,6 +41,10 @@ def main(argv=None) -> int:
         "--storage", help="job, service: the bucket every pod reads and writes (s3://B/prefix)"
     )
     kuberay.add_argument("--set", action="append", default=[], help="job: a config override KEY=VALUE")
+    kuberay.add_argument(
+        "--tpu",
+        help="cluster: add a TPU worker group, ACCELERATOR:TOPOLOGY[:MAX_SLICES] (tpu-v5-lite-podslice:4x4)",
+    )
     kuberay.add_argument("--out", help="write the manifest here rather than to stdout")
     args = parser.parse_args(argv)
     if args.command == "kuberay":
@@ -82,7 +86,7 @@ def _kuberay(args, parser) -> int:
         elif args.kind == "service":
             manifest = kuberay.service_manifest(args.config, args.image, args.storage)
         else:
-            manifest = kuberay.cluster_manifest(args.source or "cluster.yaml", args.image)
+            manifest = kuberay.cluster_manifest(args.source or "cluster.yaml", args.image, args.tpu)
     except (kuberay.ManifestError, ConfigError, ClusterConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

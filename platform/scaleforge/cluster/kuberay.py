@@ -24,19 +24,15 @@ import yaml
 
 from scaleforge.cluster.config import load_cluster_config
 from scaleforge.cluster.kuberay_check import ManifestError, check_manifest, local_paths
+from scaleforge.cluster.kuberay_pods import APP_DIR, GIB_PER_CPU, pod, tpu_group, worker_group
 from scaleforge.config import JOB_SCHEMAS, load_config
 from scaleforge.config.loader import job_of
 from scaleforge.storage import is_uri
 
-APP_DIR = "/app"
-"""Where the image holds the project (``pip install -e /app``), so configs are ``/app/configs/...``."""
 API = "ray.io/v1"
 HEAD_POD = {"cpu": 2, "memory_gib": 8}
 """The head runs drivers, Ray Train's controller and Serve's controller and proxy, never a worker
 (``num-cpus: 0``)."""
-GIB_PER_CPU = 2
-"""Pod memory per CPU where a config says none: ``cluster.yaml``'s instance types have 2 (c6i) to 4
-(g5) GiB per vCPU, so a pod of them fits every node type."""
 SERVE_POD_CPUS = 4
 
 
@@ -64,7 +60,7 @@ def job_manifest(
     command = ["python", "-m", job, "--config", f"{APP_DIR}/configs/{Path(config).name}"]
     command += [f"--set={item}" for item in sets]
     elastic = getattr(getattr(cfg, "scaling", None), "min_workers", None)
-    group = _group("workers", image, cpu, gpu, memory, elastic or workers, workers, workers)
+    group = worker_group("workers", image, cpu, gpu, memory, elastic or workers, workers, workers)
     manifest = {
         "apiVersion": API,
         "kind": "RayJob",
@@ -100,7 +96,7 @@ def service_manifest(config: str, image: str, storage: str) -> dict:
     _refuse_local({"applications": serve["applications"]}, config)
     ServeDeploySchema.model_validate(serve)
     most = max(1, math.ceil((cpus + 1) / SERVE_POD_CPUS))  # + the ingress's replica
-    group = _group("serve", image, SERVE_POD_CPUS, 0, SERVE_POD_CPUS * GIB_PER_CPU * 2**30, 1, most, 1)
+    group = worker_group("serve", image, SERVE_POD_CPUS, 0, SERVE_POD_CPUS * GIB_PER_CPU * 2**30, 1, most, 1)
     manifest = {
         "apiVersion": API,
         "kind": "RayService",
@@ -114,9 +110,10 @@ def service_manifest(config: str, image: str, storage: str) -> dict:
     return check_manifest(manifest)
 
 
-def cluster_manifest(cluster_yaml: str, image: str) -> dict:
+def cluster_manifest(cluster_yaml: str, image: str, tpu: Optional[str] = None) -> dict:
     """A ``RayCluster`` with ``cluster_yaml``'s node types as worker groups (min/max workers, CPUs,
-    GPUs), its idle timeout, and the in-tree autoscaler (v2)."""
+    GPUs), its idle timeout, and the in-tree autoscaler (v2); with ``tpu`` (``ACCELERATOR:TOPOLOGY
+    [:MAX_SLICES]``, GKE's names, e.g. ``tpu-v5-lite-podslice:4x4``) a TPU worker group too."""
     launcher = load_cluster_config(cluster_yaml)
     head_type = launcher["head_node_type"]
     groups = []
@@ -127,8 +124,10 @@ def cluster_manifest(cluster_yaml: str, image: str) -> dict:
         cpu, gpu = int(resources.get("CPU", 1)), int(resources.get("GPU", 0))
         low, high = node.get("min_workers", 0), node.get("max_workers", launcher.get("max_workers", 1))
         groups.append(
-            _group(name.replace("_", "-"), image, cpu, gpu, cpu * GIB_PER_CPU * 2**30, low, high, low)
+            worker_group(name.replace("_", "-"), image, cpu, gpu, cpu * GIB_PER_CPU * 2**30, low, high, low)
         )
+    if tpu:
+        groups.append(tpu_group(tpu, image))
     spec = _cluster_spec(image, groups, autoscale=True)
     spec["autoscalerOptions"]["idleTimeoutSeconds"] = int(launcher.get("idle_timeout_minutes", 5) * 60)
     manifest = {
@@ -143,7 +142,7 @@ def cluster_manifest(cluster_yaml: str, image: str) -> dict:
 
 
 def _cluster_spec(image: str, groups: list[dict], autoscale: bool) -> dict:
-    head = _pod("ray-head", image, HEAD_POD["cpu"], 0, HEAD_POD["memory_gib"] * 2**30, autoscale)
+    head = pod("ray-head", image, HEAD_POD["cpu"], 0, HEAD_POD["memory_gib"] * 2**30, autoscale)
     spec: dict[str, Any] = {
         "rayVersion": version("ray"),
         "authOptions": {"mode": "token"},
@@ -154,40 +153,6 @@ def _cluster_spec(image: str, groups: list[dict], autoscale: bool) -> dict:
         spec["enableInTreeAutoscaling"] = True
         spec["autoscalerOptions"] = {"version": "v2", "upscalingMode": "Default"}
     return spec
-
-
-def _group(name: str, image: str, cpu: float, gpu: int, memory: int, low: int, high: int, start: int) -> dict:
-    return {
-        "groupName": name,
-        "replicas": start,
-        "minReplicas": low,
-        "maxReplicas": high,
-        "rayStartParams": {},
-        "template": _pod("ray-worker", image, cpu, gpu, memory, restart_never=True),
-    }
-
-
-def _pod(container: str, image: str, cpu: float, gpu: int, memory: int, restart_never: bool) -> dict:
-    amounts = {"cpu": _quantity(cpu), "memory": f"{math.ceil(memory / 2**20)}Mi"}
-    if gpu:
-        amounts["nvidia.com/gpu"] = gpu
-    spec: dict[str, Any] = {
-        "containers": [
-            {
-                "name": container,
-                "image": image,
-                "workingDir": APP_DIR,
-                "resources": {"requests": dict(amounts), "limits": dict(amounts)},
-            }
-        ]
-    }
-    if restart_never:  # the v2 autoscaler replaces a failed pod rather than restarting it in place
-        spec["restartPolicy"] = "Never"
-    return {"spec": spec}
-
-
-def _quantity(cpu: float) -> str:
-    return str(int(cpu)) if float(cpu).is_integer() else f"{math.ceil(cpu * 1000)}m"
 
 
 def _workers(cfg) -> tuple[int, float, int, int]:
