@@ -49,14 +49,14 @@ def _weights(result):
 
 def test_sync_one_worker_equals_plain_sgd_and_shards_do_not_matter(ray_cluster, tmp_path):
     one = run_async_sgd(_config(tmp_path / "one", *TINY, "server.num_shards=1"))
-    three = run_async_sgd(_config(tmp_path / "three", *TINY, "server.num_shards=3"))
-    # Weight prediction with one worker: every push meets no other update, so nothing is predicted
-    predicted = run_async_sgd(
+    # Three shards, async, with weight prediction: with one worker every push meets no other update, so
+    # async applies exactly sync's updates and nothing is predicted; the shards split the same vector.
+    three = run_async_sgd(
         _config(
-            tmp_path / "predicted",
+            tmp_path / "three",
             *TINY,
             "server.mode=async",
-            "server.num_shards=2",
+            "server.num_shards=3",
             "workers.weight_prediction=true",
         )
     )
@@ -79,17 +79,14 @@ def test_sync_one_worker_equals_plain_sgd_and_shards_do_not_matter(ray_cluster, 
         np.testing.assert_allclose(
             _weights(three)[name].numpy(), _weights(one)[name].numpy(), atol=1e-5, rtol=0
         )
-        np.testing.assert_allclose(
-            _weights(predicted)[name].numpy(), _weights(one)[name].numpy(), atol=1e-5, rtol=0
-        )
     assert max(one.staleness["clock"]) == 0 and max(one.staleness["updates"]) == 0
 
 
 def test_ssp_bounds_staleness_with_a_straggler(ray_cluster, tmp_path):
     straggling = [
-        "data.num_samples=1200",
+        "data.num_samples=800",
         "model={name: mlp, hidden: [16]}",
-        "workers.num_workers=3",
+        "workers.num_workers=2",  # the last one straggles
         "workers.batch_size=32",
         "workers.epochs=1",
         "workers.straggler_delay_s=0.05",
@@ -244,9 +241,9 @@ def test_backup_workers_apply_the_first_gradients_and_drop_the_late_one(ray_clus
 
 def test_a_straggler_behind_backup_workers_only_loses_its_own_gradients(ray_cluster, tmp_path):
     straggling = [
-        "data.num_samples=1200",
+        "data.num_samples=800",
         "model={name: mlp, hidden: [16]}",
-        "workers.num_workers=3",
+        "workers.num_workers=2",  # the last one straggles
         "workers.batch_size=32",
         "workers.epochs=2",
         "workers.straggler_delay_s=0.05",

@@ -489,25 +489,6 @@ def test_transport_and_auth_errors(server, data):
     assert client.post("/v2/models/teacher/infer", json=v2_body(x)).status_code == 200
 
 
-def test_prometheus_counts_every_answer_by_status(server, data, metrics_port):
-    """Refusals are counted too: Ray's Prometheus endpoint shows 200, 400 and 401 answers of the
-    teacher (the counter is exported every few seconds, so it is polled)."""
-    client, x = server["client"], data["x_test"][:4]
-    base = str(client.base_url)
-    assert client.post("/v2/models/teacher/infer", json=v2_body(x)).status_code == 200
-    assert client.post("/v2/models/teacher/infer", content=b"{not json").status_code == 400
-    assert httpx.post(f"{base}/v2/models/teacher/infer", json=v2_body(x)).status_code == 401
-    counted: dict[str, float] = {}
-    deadline = time.time() + 60
-    while time.time() < deadline and not {"200", "400", "401"} <= counted.keys():
-        time.sleep(2)
-        for name, labels, value in prometheus_samples(metrics_port):
-            if name == "ray_scaleforge_requests_total" and 'model="teacher"' in labels:
-                counted[re.search(r'status="(\d+)"', labels).group(1)] = value
-    assert {"200", "400", "401"} <= counted.keys(), counted
-    assert all(counted[status] >= 1 for status in ("200", "400", "401")), counted
-
-
 def test_schemathesis_finds_no_server_errors(server, tmp_path):
     url = f"http://127.0.0.1:{server['port']}/openapi.json"
     run = subprocess.run(
@@ -664,12 +645,29 @@ def test_replica_killed_under_load(server, data):
     assert failures == []
 
 
-def test_the_dashboard_reads_only_metrics_this_app_exports(server, data, metrics_port):
-    """Must-show 5 of issue 49: every metric that the Grafana dashboard's request, cascade and
-    expert panels query is exported by Ray for this app. It runs last in this file: the expert
-    fallbacks and failures it needs are those of the replica kills above."""
-    for name in ("teacher", "cascade", "moe"):
-        infer(server, name, data["x_test"][:8])
+def test_prometheus_counts_every_answer_and_the_dashboard_reads_only_what_is_exported(
+    server, data, metrics_port
+):
+    """Refusals are counted too: Ray's Prometheus endpoint shows 200, 400 and 401 answers of the teacher.
+    And must-show 5 of issue 49: every metric that the Grafana dashboard's request, cascade and expert
+    panels query is exported for this app. It runs last in this file: the expert fallbacks and failures
+    it needs are those of the replica kills above. (Ray exports every few seconds: polled.)"""
+    client, x = server["client"], data["x_test"][:4]
+    base = str(client.base_url)
+    assert client.post("/v2/models/teacher/infer", json=v2_body(x)).status_code == 200
+    assert client.post("/v2/models/teacher/infer", content=b"{not json").status_code == 400
+    assert httpx.post(f"{base}/v2/models/teacher/infer", json=v2_body(x)).status_code == 401
+    for name in ("cascade", "moe"):
+        infer(server, name, x)
     names = dashboard_metrics(DASHBOARD_ROWS["test_serving_http.py"])
     assert len(names) >= 8, names
     assert missing_metrics(metrics_port, names) == set()
+    counted: dict[str, float] = {}
+    deadline = time.time() + 60
+    while time.time() < deadline and not {"200", "400", "401"} <= counted.keys():
+        for name, labels, value in prometheus_samples(metrics_port):
+            if name == "ray_scaleforge_requests_total" and 'model="teacher"' in labels:
+                counted[re.search(r'status="(\d+)"', labels).group(1)] = value
+        time.sleep(1)
+    assert {"200", "400", "401"} <= counted.keys(), counted
+    assert all(counted[status] >= 1 for status in ("200", "400", "401")), counted
