@@ -241,9 +241,9 @@ def test_backup_workers_apply_the_first_gradients_and_drop_the_late_one(ray_clus
 
 def test_a_straggler_behind_backup_workers_only_loses_its_own_gradients(ray_cluster, tmp_path):
     straggling = [
-        "data.num_samples=800",
+        "data.num_samples=1200",
         "model={name: mlp, hidden: [16]}",
-        "workers.num_workers=2",  # the last one straggles
+        "workers.num_workers=3",
         "workers.batch_size=32",
         "workers.epochs=2",
         "workers.straggler_delay_s=0.05",
