@@ -1,5 +1,6 @@
 """Run a function on N local processes joined in one gloo process group, as the strategies' unit tests do."""
 
+import multiprocessing
 import os
 import socket
 from pathlib import Path
@@ -19,11 +20,18 @@ def _rank(rank, world, port, folder, work, args):
         dist.destroy_process_group()
 
 
+# Ranks fork from one server process that imported these once (multiprocessing's forkserver), rather
+# than each starting a fresh interpreter that imports torch again (seconds of CPU per rank here).
+multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "scaleforge.distributed.strategy"])
+
+
 def run_ranks(folder: Path, world: int, work, *args) -> list:
     """``work(*args)`` on ``world`` ranks (a module-level function, so the processes can import it);
     each rank's return value (tensors, numbers, dicts: what ``torch.save`` writes), in rank order."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_rank, args=(world, port, str(folder), work, args), nprocs=world, join=True)
+    mp.start_processes(
+        _rank, args=(world, port, str(folder), work, args), nprocs=world, join=True, start_method="forkserver"
+    )
     return [torch.load(Path(folder) / f"rank{r}.pt", weights_only=True) for r in range(world)]
