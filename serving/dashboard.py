@@ -25,6 +25,10 @@ def _rate(metric: str, by: str, where: str = "") -> str:
     return f"sum(rate({metric}{{{{{where}{_APP}}}}}[5m])) by ({by})"
 
 
+def _gauge(metric: str, by: str) -> str:
+    return f"sum({metric}{{{{{_APP}}}}}) by ({by})"
+
+
 def _quantiles(metric: str, by: str, legend: str, where: str = "") -> list[Target]:
     return [
         Target(
@@ -159,16 +163,8 @@ ROWS = [
                 "Running and waiting sequences",
                 "Sequences decoded together (continuous batching) and requests queued for a slot.",
                 "sequences",
-                Target(
-                    'sum(ray_scaleforge_running_sequences{{application=~"$Application",{global_filters}}})'
-                    " by (model)",
-                    "running {{model}}",
-                ),
-                Target(
-                    'sum(ray_scaleforge_waiting_sequences{{application=~"$Application",{global_filters}}})'
-                    " by (model)",
-                    "waiting {{model}}",
-                ),
+                Target(_gauge("ray_scaleforge_running_sequences", "model"), "running {{model}}"),
+                Target(_gauge("ray_scaleforge_waiting_sequences", "model"), "waiting {{model}}"),
             ),
         ],
     ),
