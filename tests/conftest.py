@@ -42,7 +42,7 @@ STARTS_FIRST = (
     "distributed/test_lm_parallel.py",
     "jobs/test_submit.py",
 )
-"""The longest test files, longest first (a fresh-clone run: 263, 247, 127, 91, 80, 77 and 76 s):
+"""The longest test files, longest first (one run of the suite here: 263, 247, 127, 91, 80, 77, 76 s):
 `make test` runs files on two workers (pytest-xdist, a file per worker at a time), and the longest
 start first so that no long file is left to end the run alone while the other worker idles. The
 rest follow in their usual order."""
