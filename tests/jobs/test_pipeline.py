@@ -44,6 +44,7 @@ TINY = [
         # 2 experts
         "moe.set=[data.num_samples=3000, optim.epochs=1, model.num_experts=2, scaling.num_workers=1]",
         "calibrate.set=[data.num_samples=3000]",
+        "serve.set=[applications.0.args.ingress.replicas=1]",
         "query.max_inputs=128",
         "query.seconds=0",
     )

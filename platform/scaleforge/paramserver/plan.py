@@ -73,6 +73,7 @@ class RunPlan:
             checkpoint_dir=storage.join(self.output, "checkpoints"),
             checkpoint_every=server.checkpoint_every,
             run_token=self.run_token,
+            rounds=self.steps if self.consistency.in_rounds else None,
         )
 
     def replica_spec(self, index: int, shards: list, die_at_step: Optional[int] = None) -> ReplicaSpec:

@@ -78,6 +78,7 @@ class ParameterShard:
         checkpoint_dir = spec.checkpoint_dir
         self.checkpoint_path = join(checkpoint_dir, f"shard{index}.safetensors") if checkpoint_dir else None
         self.checkpoint_every = spec.checkpoint_every
+        self.rounds = spec.rounds
         self.restored_version = self._restore()
 
     async def pull(
@@ -128,6 +129,8 @@ class ParameterShard:
                 return self.version, self.incarnation
             self.clocks[worker] = max(self.clocks[worker], clock + 1)
             self.changed.notify_all()  # the worker's next pull may wait for this push to land
+            if self.rounds is not None and self.version >= self.rounds:
+                return self.version, self.incarnation  # every round of the run is applied
             if not self.rule.admit(worker, grad, read_version, self.version):
                 return self.version, self.incarnation  # dropped: its round is over
             self.staleness["clock"].append(clock - read_clock)

@@ -28,6 +28,9 @@ class ShardSpec:
     """Updates between checkpoints (0: never)."""
     run_token: Optional[str] = None
     """Names the run's shared-memory files; ``None`` keeps the parameters in private memory."""
+    rounds: Optional[int] = None
+    """Modes in rounds (sync): the run's rounds. Once a shard has applied them all, a gradient still
+    pushed to it (a worker steps on while another shard lags a round behind) has no round left."""
 
 
 @dataclass(frozen=True)
