@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from scaleforge.config import ConfigError, TrainJobConfig, load_config
 from scaleforge.models import MoESpec, build_model
-from scaleforge.models.moe import MoELayer, dense_forward, expert_load
+from scaleforge.models.moe import ROW_BUCKET, MoELayer, dense_forward, expert_load, padded_rows
 
 
 def test_sparse_dispatch_equals_dense_masking():
@@ -17,6 +17,29 @@ def test_sparse_dispatch_equals_dense_masking():
     layer = MoELayer(MoESpec(d_model=16, num_experts=6, expert_hidden=8, top_k=2)).eval()
     x = torch.randn(50, 16)
     torch.testing.assert_close(layer(x), dense_forward(layer, x), atol=1e-5, rtol=1e-5)
+
+
+def test_experts_meet_few_matmul_shapes_and_padding_changes_no_output_or_gradient():
+    """Every step routes a different number of tokens to each expert. On CPU oneDNN caches a kernel per
+    matmul shape, and unpadded a worker's memory grew with every new one; padded, the experts' matmuls
+    meet a few shapes, and the zero rows change neither an output nor a gradient."""
+    torch.manual_seed(0)
+    spec = MoESpec(d_model=16, num_experts=4, expert_hidden=8, top_k=1, capacity_factor=2.0)
+    layer = MoELayer(spec).train()
+    routed, computed = set(), set()
+    for expert in layer.experts:
+        expert.register_forward_pre_hook(lambda _, args: routed.add(args[0].shape[0]))
+        expert.net[0].register_forward_pre_hook(lambda _, args: computed.add(args[0].shape[0]))
+    for _ in range(50):
+        layer(torch.randn(256, 16)).sum().backward()
+    assert len(routed) > 20 and computed == {padded_rows(rows) for rows in routed}
+    assert len(computed) <= 128 // ROW_BUCKET + 1, computed  # capacity 128 = 2.0 x 256 tokens / 4 experts
+
+    expert, x = layer.experts[0], torch.randn(37, 16, requires_grad=True)
+    padded = torch.autograd.grad(expert(x).square().sum(), [x, *expert.parameters()])
+    plain = torch.autograd.grad(expert.net(x).square().sum(), [x, *expert.parameters()])
+    for a, b in zip(padded, plain):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
 def test_capacity_drops_overflow_and_counts_it():

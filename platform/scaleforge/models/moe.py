@@ -23,6 +23,21 @@ from scaleforge.routing import (
 )
 from scaleforge.routing.capacity import sorted_assignments
 
+ROW_BUCKET = 32
+"""An expert's rows are padded: to the next power of two up to this, then to a multiple of it. Every step
+routes a different number of tokens to each expert, and on CPU oneDNN builds and caches a kernel for
+every new matmul shape (up to 1,024 of them): unpadded, a worker training the MoE language model grew
+from 560 to 700 MiB over 60 steps while the dense model stayed flat. Padded, an expert meets at most
+``log2(ROW_BUCKET) + capacity / ROW_BUCKET`` shapes. The zero rows' outputs are dropped, so they add
+nothing to any gradient."""
+
+
+def padded_rows(rows: int) -> int:
+    """The rows an expert computes for ``rows`` routed ones (:data:`ROW_BUCKET`)."""
+    if rows <= ROW_BUCKET:
+        return 1 << (rows - 1).bit_length() if rows else 0
+    return -(-rows // ROW_BUCKET) * ROW_BUCKET
+
 
 class Expert(nn.Module):
     """One expert: a two-layer MLP on the routed representation."""
@@ -32,7 +47,11 @@ class Expert(nn.Module):
         self.net = nn.Sequential(nn.Linear(d_model, hidden), nn.GELU(), nn.Linear(hidden, d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+        rows = x.shape[0]
+        padding = padded_rows(rows) - rows
+        if not padding:
+            return self.net(x)
+        return self.net(nn.functional.pad(x, (0, 0, 0, padding)))[:rows]
 
 
 # (tokens, routing, experts, capacity) -> (combined output, kept assignments per expert)
