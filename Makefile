@@ -58,7 +58,7 @@ test-fast: install
 # that ran to its bars but missed one gets its table written too (it ends "missed: ..."); one that
 # crashed keeps its previous table (its output goes to bench/results/<name>.failed). Either way make
 # fails at the end, naming it.
-BENCHES ?= training node_loss resume preemption checkpoint_upload moe paramserver model_parallel serving compress lm lm_speedrun lm_levers lm_compile lm_big compress_lm generate pipeline_lm demo
+BENCHES ?= training node_loss resume preemption checkpoint_upload moe paramserver model_parallel serving compress lm lm_speedrun lm_layouts lm_levers lm_compile lm_big compress_lm generate pipeline_lm demo
 bench: install
 	mkdir -p bench/results
 	failed=""; for b in $(BENCHES); do \

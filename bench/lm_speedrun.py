@@ -1,13 +1,10 @@
 """Time to quality: the language model with the levers that pay on these cores, against one plain
-PyTorch process given the same levers and the same wall-clock; and ``--plan`` beside every layout's
-measured peak.
+PyTorch process given the same levers and the same wall-clock.
 
-    .venv/bin/python bench/lm_speedrun.py           (about 95 minutes on 2 idle cores)
+    .venv/bin/python bench/lm_speedrun.py           (about 85 minutes on 2 idle cores)
     .venv/bin/python bench/lm_speedrun.py --quick   (a slice of the bytes: its bars say nothing)
 
-With the parts of ``bench/lm.py``:
-
-1. **Quality** (``lm_parts/quality.py``), on ``configs/train_lm_speedrun.yaml``
+With the quality part of ``bench/lm.py`` (``lm_parts/quality.py``), on ``configs/train_lm_speedrun.yaml``
    (``train_lm_small.yaml``'s successor: BPE tokens, the shape and epochs chosen by measured runs, see
    its header). Three runs a side in turn: the config on Ray Train (2 data-parallel workers, a process
    of its own whose embedded Ray goes with it), then, with no Ray process left on the machine, one plain
@@ -15,11 +12,8 @@ With the parts of ``bench/lm.py``:
    together, warm-up and cosine laid over its time) given the wall-clock the Ray run took, start-up and
    scoring included on both sides. Bars: every Ray run at most 1.50 bits/byte on the validation bytes
    within 15 minutes; no worse than the plain process beyond the spread (a tie is a tie). The moonshot,
-   printed beside: below ``xz -9e`` on the same bytes.
-2. **Layouts** (``lm_parts/layouts.py``), ``bench/lm.py``'s table, on ``train_lm_small.yaml``'s model:
-   every layout the job offers trains it for 60 steps; tokens/s, state and peak resident memory per
-   worker, and ``--plan``'s total for the fullest worker. Bar: ``--plan`` within 25% of the fullest
-   worker's peak on every layout (``bench/lm.py`` prints the same; it runs for two hours).
+   printed beside: below ``xz -9e`` on the same bytes. ``--plan`` beside every layout's peak memory is
+   ``bench/lm_layouts.py``.
 
 Prints each bar with met/missed (or tie); exit status 1 if one was missed.
 """
@@ -39,31 +33,24 @@ sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
 import lm_parts  # noqa: E402
 import peers  # noqa: E402
 from bars import print_bars  # noqa: E402
-from lm_parts.layouts import layouts  # noqa: E402
 from lm_parts.machine import mark_this_bench  # noqa: E402
 from lm_parts.quality import quality  # noqa: E402
 from lm_parts.setup import QUICK, Sizes  # noqa: E402
 from provenance import check_and_print  # noqa: E402
 
 CONFIG = "train_lm_speedrun.yaml"
-LAYOUTS_CONFIG = "train_lm_small.yaml"
-"""The layouts part trains ``bench/lm.py``'s model, whose table the --plan bar is about (issue 48)."""
 TARGET = 1.50
 """Bits per byte every Ray run reaches within 15 minutes (issue 48)."""
 
 
-def main(sizes: Sizes, parts: list[str]) -> int:
+def main(sizes: Sizes) -> int:
     check_and_print()
     mark_this_bench()
-    rows = []
     with (
         tempfile.TemporaryDirectory(prefix="scaleforge-bench-speedrun-") as folder,
         redirect_stdout(sys.stderr),
     ):
-        if "quality" in parts:
-            rows += quality(Path(folder), sizes, TARGET)
-        if "layouts" in parts:  # bench/lm.py's table: train_lm_small.yaml's model
-            rows += layouts(Path(folder), replace(sizes, config=LAYOUTS_CONFIG))
+        rows = quality(Path(folder), sizes, TARGET)
     print()
     return print_bars(rows, "target")
 
@@ -78,9 +65,6 @@ if __name__ == "__main__":
         "--quality-runs", type=int, help=f"runs a side of the quality part (default {Sizes.quality_runs})"
     )
     parser.add_argument(
-        "--part", action="append", choices=["quality", "layouts"], help="run only this part (repeatable)"
-    )
-    parser.add_argument(
         "--other-ray-ok",
         action="store_true",
         help="before a plain run, wait only for this bench's own Ray processes to go (smoke runs)",
@@ -92,4 +76,4 @@ if __name__ == "__main__":
         quality_runs=args.quality_runs or Sizes.quality_runs,
         other_ray_ok=args.other_ray_ok,
     )
-    sys.exit(main(sizes, args.part or ["quality", "layouts"]))
+    sys.exit(main(sizes))
