@@ -21,11 +21,16 @@ change (started, finished) waits for a poll, so on a machine where a poll is che
 sooner at 0.5 s; and it starts a preemption watcher per run, an extra process, for cloud nodes that a
 local Ray does not have."""
 
-SERVE_DIRECT_INGRESS = {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
+SERVE_DIRECT_INGRESS = {
+    "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
+}
 """Serve on an embedded Ray: each app's ingress replica also answers HTTP on a port of its own (on
 ``http_options.host``), next to the proxy, so that a client can skip the proxy's hop
 (:func:`scaleforge.deployment.deploy.direct_ingress_urls`; ``docs/serving.md``). Set it to 0 to turn it
-off."""
+off. An ingress replica that stops then drains for Ray's minimum of 30 s, time for a load balancer in
+front of its port to notice; nothing stands in front of an embedded Ray's ports, and deleting the
+language-model pipeline's apps after its last stage took 31 s of that: 2 s here."""
 
 SERVE_LOW_OVERHEAD = {
     "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
