@@ -3,11 +3,11 @@
 Its storage is a bucket of a real S3 server. The teacher stage runs as ``make demo`` runs the job
 (an embedded Ray) and fails on purpose at the next stage; every later stage is then submitted with
 ``ray job submit`` (token authentication on) to a ``ray.cluster_utils.Cluster`` of three raylets
-(a head, a CPU node and a node that declares a GPU), in three jobs (``--to compress``, ``--from moe
---to serve``, ``--from query``), each process with a home and an artifact cache of its own (its
-job's, or its node's), as if each ran on a machine of its own; Serve stays up between the
-``--to serve`` and ``--from query`` jobs. Its replicas, placed by the cluster's measured hardware,
-load their artifacts from the bucket through their own node's cache. Afterwards no artifact or
+(a head, a CPU node and a node that declares a GPU), in two jobs (``--from async_sgd --to serve``,
+``--from query``), each process with a home and an artifact cache of its own (its job's, or its
+node's), as if each ran on a machine of its own; Serve stays up between the two jobs. Its replicas,
+placed by the cluster's measured hardware, load their artifacts from the bucket through their own
+node's cache. Afterwards no artifact or
 checkpoint file exists outside the bucket and the caches, and ``jobs.serve`` of the serve config the
 serve stage wrote and deployed (``serve.yaml`` in the bucket), from a machine of its own joined to the
 cluster, serves every app: Serve finds them running with that config and keeps their replicas.
@@ -205,17 +205,14 @@ def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machi
     manifest = storage.join(out, "artifacts", "teacher", "manifest.json")
     manifest_before = storage.read_text(manifest)
 
-    # The later stages in jobs of their own on the cluster; each reuses what the earlier ones recorded.
-    compressed = _submit(machines, tmp_path, "compress", root, "--from", "async_sgd", "--to", "compress")
-    assert "teacher: reused" in compressed and "async_sgd: running" in compressed
-    assert (
-        "compress: running" in compressed and "stopped after compress; continue with --from moe" in compressed
-    )
-    # The MoE job, the thresholds and Serve in one job; its processes get the home and cache of the node
-    # they run on (the replicas' caches are asserted below).
-    served = _submit(machines, tmp_path, None, root, "--from", "moe", "--to", "serve")
-    assert "compress: reused" in served and "moe: running" in served and "calibrate: running" in served
+    # The later stages in jobs on the cluster; each reuses what the earlier ones recorded. The first
+    # (async SGD, compression, MoE, thresholds, Serve): its processes get the home and cache of the node
+    # they run on (the replicas' caches are asserted below); the second gets a home of its own.
+    served = _submit(machines, tmp_path, None, root, "--from", "async_sgd", "--to", "serve")
+    assert "teacher: reused" in served and "async_sgd: running" in served and "compress: running" in served
+    assert "moe: running" in served and "calibrate: running" in served
     assert "serve: left running for the next run (--from query)" in served
+    assert "stopped after serve; continue with --from query" in served
     queried = _submit(machines, tmp_path, "query", root, "--from", "query")
     # jobs.serve of the serve config in the bucket, from a machine of its own, joined to the cluster: it
     # checks the config and its artifacts through its own cache, and the apps it deploys answer.
@@ -266,8 +263,10 @@ def test_pipeline_stage_by_stage_on_nodes_that_share_no_disk(tmp_path, s3, machi
     ):
         assert report.get(name, 0) > 0, name
 
-    # The compression job's teacher came through its own cache; nothing was written locally but caches.
-    assert list((tmp_path / "compress" / "cache" / "artifacts").glob("*/model.safetensors"))
+    # The teacher the compression stage distilled came through a node's cache (its sha256 names the
+    # folder); nothing was written locally but caches.
+    sha = json.loads(storage.read_text(manifest))["weights"]["sha256"]
+    assert list(machines["root"].glob(f"*/cache/artifacts/{sha}/model.safetensors"))
     kept = [
         p
         for root in (tmp_path, machines["root"])
