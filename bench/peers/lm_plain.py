@@ -34,6 +34,7 @@ from scaleforge.config import TrainJobConfig, load_config  # noqa: E402
 from scaleforge.models import build_model  # noqa: E402
 from scaleforge.quickfit import bits_per_byte  # noqa: E402
 from scaleforge.text.dataset import read_text  # noqa: E402
+from scaleforge.train.optim import Schedule  # noqa: E402
 
 
 def setup(config: str, overrides: list[str]):
@@ -76,10 +77,15 @@ SCORING_ROWS = 256
 def single(args) -> dict:
     """Score the validation split ``args.seconds`` after ``STARTED``, having trained until then: the
     scoring's own time is set aside first, estimated from a timed slice of the windows (the
-    Ray job's wall-clock, which ``--seconds`` is given, ends with its workers' evaluation too)."""
+    Ray job's wall-clock, which ``--seconds`` is given, ends with its workers' evaluation too). Without
+    ``--seconds``: the config's epochs, step for step as the job takes them (``--set
+    optim.batch_size=`` the job's global batch), on the job's own schedule over its steps."""
     torch.set_num_threads(args.threads)
     cfg, model, optimizer, data, bytes_per_token = setup(args.config, args.set)
     validation = [t.numpy() for t in data["validation"].tensors]
+    if args.seconds is None:
+        trained = _epochs(cfg, model, optimizer, data)
+        return _scored(model, validation, bytes_per_token, *trained, args.threads)
     sliced = max(1, len(validation[0]) // 16)
     timed = time.perf_counter()
     with torch.no_grad():
@@ -116,6 +122,28 @@ def single(args) -> dict:
             step(model, optimizer, x, y, clip)
             steps, tokens = steps + 1, tokens + y.numel()
         epoch += 1
+    result = _scored(model, validation, bytes_per_token, cfg, steps, tokens, began, args.threads)
+    return {**result, "scoring_s_estimated": scoring}
+
+
+def _epochs(cfg, model, optimizer, data) -> tuple:
+    """``cfg.optim.epochs`` passes, shuffled afresh each pass, the lr of each step from the job's own
+    ``Schedule`` (warm-up and cosine decay over the run's steps)."""
+    batches = len(data["train"]) // cfg.optim.batch_size
+    schedule, steps, tokens, began = Schedule(cfg.optim, batches, 1), 0, 0, time.perf_counter()
+    model.train()
+    for epoch in range(cfg.optim.epochs):
+        generator = torch.Generator().manual_seed(cfg.optim.seed + epoch)
+        sampler = RandomSampler(data["train"], generator=generator)
+        for x, y in DataLoader(data["train"], cfg.optim.batch_size, sampler=sampler, drop_last=True):
+            for group in optimizer.param_groups:
+                group["lr"] = schedule(steps)
+            step(model, optimizer, x, y, cfg.optim.clip_grad_norm)
+            steps, tokens = steps + 1, tokens + y.numel()
+    return cfg, steps, tokens, began
+
+
+def _scored(model, validation, bytes_per_token, cfg, steps: int, tokens: int, began: float, threads) -> dict:
     trained_s = time.perf_counter() - began
     with torch.no_grad():  # scored as the compression job scores a language model
         bits = bits_per_byte(model, *validation, bytes_per_token, SCORING_ROWS)
@@ -126,8 +154,7 @@ def single(args) -> dict:
         "tokens": tokens,
         "train_s": trained_s,
         "tokens_per_s": tokens / trained_s,
-        "threads": args.threads,
-        "scoring_s_estimated": scoring,
+        "threads": threads,
         "total_s": time.perf_counter() - STARTED,
     }
 
@@ -195,7 +222,9 @@ if __name__ == "__main__":
     parser.add_argument("--config", required=True)
     parser.add_argument("--set", action="append", default=[], help="config override KEY=VALUE")
     parser.add_argument(
-        "--seconds", type=float, help="single: wall-clock budget to the scored result, start-up included"
+        "--seconds",
+        type=float,
+        help="single: wall-clock budget to the scored result, start-up included (none: the config's epochs)",
     )
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--steps", type=int, default=1000)
