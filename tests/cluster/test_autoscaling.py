@@ -19,14 +19,16 @@ from scaleforge.cluster import LocalHead, load_cluster_config, simulated_config
 IDLE_TIMEOUT_MINUTES = 0.1  # 6 s: the test config shortens cluster.yaml's 5 minutes
 
 GPU_TASK = """
-import json, os, ray
+import json, os, sys, ray
 ray.init(logging_level="ERROR")
 
 @ray.remote(num_gpus=1)
 def where():
     return os.environ.get("RAY_NODE_TYPE_NAME"), ray.get_gpu_ids()
 
-print("RESULT", json.dumps(ray.get(where.remote(), timeout=240)))
+result = json.dumps(ray.get(where.remote(), timeout=240))
+sys.stdout.write(f"RESULT {result}\\n")  # one write: the autoscaler's messages share this stream
+sys.stdout.flush()
 """
 
 
@@ -51,9 +53,11 @@ def _driver(head, code, timeout=300):
         timeout=timeout,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    # The driver's stdout also carries the autoscaler's messages: the result is the marked line.
-    (result,) = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    return json.loads(result.removeprefix("RESULT "))
+    # The driver's stdout also carries the autoscaler's messages, written from a thread of their own:
+    # the result is what follows the mark, wherever on its line another message left it.
+    results = [line.partition("RESULT ")[2] for line in out.stdout.splitlines() if "RESULT " in line]
+    assert len(results) == 1, f"stdout:\n{out.stdout[-3000:]}\nstderr:\n{out.stderr[-3000:]}"
+    return json.loads(results[0])
 
 
 def _nodes(head, within_s: float = 60) -> list[dict]:
