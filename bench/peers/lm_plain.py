@@ -85,7 +85,7 @@ def single(args) -> dict:
     validation = [t.numpy() for t in data["validation"].tensors]
     if args.seconds is None:
         trained = _epochs(cfg, model, optimizer, data)
-        return _scored(model, validation, bytes_per_token, *trained, args.threads)
+        return _scored(model, validation, bytes_per_token, cfg, *trained, args.threads)
     sliced = max(1, len(validation[0]) // 16)
     timed = time.perf_counter()
     with torch.no_grad():
@@ -102,13 +102,7 @@ def single(args) -> dict:
     steps, tokens, epoch = 0, 0, 0
     model.train()
     while time.perf_counter() - began < budget:
-        generator = torch.Generator().manual_seed(cfg.optim.seed + epoch)
-        for x, y in DataLoader(
-            data["train"],
-            batch_size=cfg.optim.batch_size,
-            drop_last=True,
-            sampler=RandomSampler(data["train"], generator=generator),
-        ):
+        for x, y in _shuffled(cfg, data, epoch):
             elapsed = time.perf_counter() - began
             if elapsed >= budget:
                 break
@@ -126,21 +120,26 @@ def single(args) -> dict:
     return {**result, "scoring_s_estimated": scoring}
 
 
-def _epochs(cfg, model, optimizer, data) -> tuple:
-    """``cfg.optim.epochs`` passes, shuffled afresh each pass, the lr of each step from the job's own
-    ``Schedule`` (warm-up and cosine decay over the run's steps)."""
+def _shuffled(cfg, data, epoch: int) -> DataLoader:
+    """One pass over the training windows in batches of ``optim.batch_size``, shuffled by its seed."""
+    generator = torch.Generator().manual_seed(cfg.optim.seed + epoch)
+    sampler = RandomSampler(data["train"], generator=generator)
+    return DataLoader(data["train"], batch_size=cfg.optim.batch_size, drop_last=True, sampler=sampler)
+
+
+def _epochs(cfg, model, optimizer, data) -> tuple[int, int, float]:
+    """``cfg.optim.epochs`` passes, the lr of each step from the job's own ``Schedule`` (warm-up and
+    cosine decay over the run's steps); the steps, tokens and when training began."""
     batches = len(data["train"]) // cfg.optim.batch_size
     schedule, steps, tokens, began = Schedule(cfg.optim, batches, 1), 0, 0, time.perf_counter()
     model.train()
     for epoch in range(cfg.optim.epochs):
-        generator = torch.Generator().manual_seed(cfg.optim.seed + epoch)
-        sampler = RandomSampler(data["train"], generator=generator)
-        for x, y in DataLoader(data["train"], cfg.optim.batch_size, sampler=sampler, drop_last=True):
+        for x, y in _shuffled(cfg, data, epoch):
             for group in optimizer.param_groups:
                 group["lr"] = schedule(steps)
             step(model, optimizer, x, y, cfg.optim.clip_grad_norm)
             steps, tokens = steps + 1, tokens + y.numel()
-    return cfg, steps, tokens, began
+    return steps, tokens, began
 
 
 def _scored(model, validation, bytes_per_token, cfg, steps: int, tokens: int, began: float, threads) -> dict:
