@@ -5,6 +5,7 @@ import os
 import sys
 import time
 
+import pytest
 import ray
 import ray.cloudpickle
 import torch
@@ -12,7 +13,7 @@ from conftest import REPO
 
 from jobs.hwbench import main, run_hwbench
 from scaleforge.config import HWBenchConfig, load_config
-from scaleforge.deployment.hardware import read_reports
+from scaleforge.deployment.hardware import measure_cluster, read_reports
 from scaleforge.deployment.placement import ClusterHardware
 
 # The plain loop runs as a Ray task as hwbench does (a worker process, at a worker's priority): the
@@ -89,3 +90,22 @@ def test_hwbench_given_a_missing_bucket_stops_before_measuring(s3, capsys):
         .err.strip()
         .endswith("output: s3://no-such-bucket/hw.json: bucket 'no-such-bucket' does not exist")
     )
+
+
+def test_a_node_whose_cpus_other_work_holds_is_named_within_the_timeout_not_waited_for(ray_cluster):
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    # What a Serve app left up by an earlier run does to a node: its replicas hold the node's CPUs (and
+    # GPUs), so the measurement's task cannot start there.
+    held = placement_group([{"CPU": ray.available_resources()["CPU"]}])
+    ray.get(held.ready(), timeout=30)
+    (node,) = [n["NodeID"] for n in ray_cluster.nodes() if n["Alive"]]
+    try:
+        with pytest.raises(TimeoutError) as err:
+            measure_cluster(cpu_size=64, repeats=1, timeout_s=2)
+    finally:
+        remove_placement_group(held)
+    assert f"node(s) {node[:12]} (1 CPU, 0 GPU) did not finish within 2 s" in str(err.value)
+    assert "placement.hwbench" in str(err.value)
+    # The cancelled task holds nothing: once the CPUs are free, a measurement runs.
+    assert [r.device for r in measure_cluster(cpu_size=64, repeats=1, timeout_s=60)] == ["cpu"]

@@ -186,3 +186,21 @@ def test_the_report_reads_records_only_and_from_report_rewrites_it(run, capsys):
     assert read == {*recorded, out / "compressed" / "accuracy_vs_size_latency.png"}
     assert not [p for p, _ in opened if SERVE_CONFIG.search(Path(p).name) or p.endswith(".safetensors")]
     assert json.loads((out / "records" / "report.json").read_text())["report"] == str(report)
+
+
+def test_a_rerun_deletes_the_running_app_it_replaces_before_measuring_the_cluster(run):
+    from ray import serve
+
+    from scaleforge.pipeline.serve import _delete_running
+
+    # An app an earlier run left up (--to serve): its replicas hold CPUs and GPUs that the placement
+    # measurement's tasks would wait for for ever; the new deploy replaces it anyway.
+    @serve.deployment(ray_actor_options={"num_cpus": 0})
+    def left_up() -> str:
+        return "up"
+
+    serve.run(left_up.bind(), name="left-up", route_prefix="/left-up")
+    logged = []
+    _delete_running(["left-up", "not-running"], logged.append)
+    assert "left-up" not in serve.status().applications
+    assert logged == ["[pipeline] serve: deleting left-up (an earlier run's) to measure the cluster"]

@@ -125,9 +125,16 @@ def measure_devices(*, cpu_size: int = 1024, gpu_size: int = 8192, repeats: int 
     return reports
 
 
-def measure_cluster(*, cpu_size: int = 1024, gpu_size: int = 8192, repeats: int = 5) -> list[DeviceReport]:
+def measure_cluster(
+    *, cpu_size: int = 1024, gpu_size: int = 8192, repeats: int = 5, timeout_s: float = 300.0
+) -> list[DeviceReport]:
     """:func:`measure_devices` on every alive node of the connected Ray cluster: one task pinned to
-    each node, holding all of that node's GPUs while it measures."""
+    each node, holding a CPU and all of that node's GPUs while it measures.
+
+    Raises:
+        TimeoutError: a node's measurement did not finish within ``timeout_s`` (named with what it
+            waits for: other work, such as a running Serve app's replicas, holds its GPUs or CPUs).
+    """
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -139,17 +146,26 @@ def measure_cluster(*, cpu_size: int = 1024, gpu_size: int = 8192, repeats: int 
             for r in measure_devices(cpu_size=cpu_size, gpu_size=gpu_size, repeats=repeats)
         ]
 
-    tasks = []
+    tasks = {}
     for node in (n for n in ray.nodes() if n["Alive"]):
         cpus, gpus = node["Resources"].get("CPU", 0), node["Resources"].get("GPU", 0)
-        tasks.append(
-            measure.options(
-                num_cpus=min(1, cpus),
-                num_gpus=gpus,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
-            ).remote(gpus)
+        task = measure.options(
+            num_cpus=min(1, cpus),
+            num_gpus=gpus,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+        ).remote(gpus)
+        tasks[task] = f"{node['NodeID'][:12]} ({min(1, cpus):g} CPU, {gpus:g} GPU)"
+    _, pending = ray.wait(list(tasks), num_returns=len(tasks), timeout=timeout_s)
+    if pending:
+        for task in pending:
+            ray.cancel(task, force=True)
+        raise TimeoutError(
+            f"the hardware measurement of node(s) {', '.join(tasks[t] for t in pending)} did not finish "
+            f"within {timeout_s:.0f} s: each holds a CPU and all of its node's GPUs while it measures, and "
+            "other work holds them (a running Serve app's replicas?); stop that work, or measure while the "
+            "cluster is idle (python -m jobs.hwbench) and place by that file (placement.hwbench)"
         )
-    return [DeviceReport(**r) for node in ray.get(tasks) for r in node]
+    return [DeviceReport(**r) for node in ray.get(list(tasks)) for r in node]
 
 
 def write_reports(reports: list[DeviceReport], output: Location) -> Union[Path, str]:

@@ -3,7 +3,7 @@
 
 import time
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import httpx
 import yaml
@@ -30,6 +30,8 @@ class ServeStage(PipelineStage):
 
     def __init__(self) -> None:
         self._apps: list[str] = []
+        self._replacing: list[str] = []
+        """The apps this run deploys (an earlier run's of the same names are replaced)."""
 
     @classmethod
     def stale(cls, record: ServeRecord) -> Optional[str]:
@@ -55,6 +57,7 @@ class ServeStage(PipelineStage):
         spec = ctx.cfg.serve
         template = load_config(ServeConfig, spec.config, spec.set)
         app = template.applications[0]
+        self._replacing = [a.name for a in template.applications]
         args, placement = self.plan(ctx, app.args)
         cfg = template.model_copy(
             update={
@@ -80,7 +83,7 @@ class ServeStage(PipelineStage):
 
     def plan(self, ctx: StageContext, template: ServeArgs) -> tuple[ServeArgs, Placement]:
         """``template`` (``serve.config``'s app args) serving this run's artifacts, each model placed."""
-        return _place(ctx, serve_args(template, ctx.cfg.serve, ctx.records))
+        return _place(ctx, serve_args(template, ctx.cfg.serve, ctx.records), self._replacing)
 
     def close(self) -> None:
         """Delete this run's applications (other apps on a shared cluster, and Serve itself, stay)."""
@@ -105,19 +108,20 @@ def _loaded_from(app: str, args: ServeArgs) -> dict[str, LoadedFrom]:
     }
 
 
-def _place(ctx: StageContext, args: ServeArgs) -> tuple[ServeArgs, Placement]:
-    """Measure the cluster (or read ``placement.hwbench``) and place the app's models by it."""
+def _place(ctx: StageContext, args: ServeArgs, replacing: list[str]) -> tuple[ServeArgs, Placement]:
+    """Measure the cluster (or read ``placement.hwbench``) and place the app's models by it; running
+    apps named in ``replacing`` are deleted before a measurement."""
     from scaleforge.deployment.hardware import measure_cluster, read_reports
     from scaleforge.deployment.placement import ClusterHardware, place_models
 
     spec = ctx.cfg.placement
     if not spec.enabled:
         return args, Placement(enabled=False)
-    reports = (
-        read_reports(spec.hwbench)
-        if spec.hwbench
-        else measure_cluster(cpu_size=256, gpu_size=2048, repeats=2)
-    )
+    if spec.hwbench:
+        reports = read_reports(spec.hwbench)
+    else:
+        _delete_running(replacing, ctx.log)
+        reports = measure_cluster(cpu_size=256, gpu_size=2048, repeats=2, timeout_s=120)
     hardware = ClusterHardware.from_reports(reports)
     args, where = place_models(
         args, hardware, gpu_share=spec.gpu_share, gpu_min_parameters=spec.gpu_min_parameters
@@ -133,6 +137,20 @@ def _place(ctx: StageContext, args: ServeArgs) -> tuple[ServeArgs, Placement]:
         models=where,
         devices=reports,
     )
+
+
+def _delete_running(names: list[str], log: Callable[[str], None]) -> None:
+    """Delete those of ``names`` that are running (an earlier run's apps, left up by ``--to serve``)
+    before the cluster is measured: their replicas hold CPUs and GPUs the measurement needs, and this
+    run's deploy replaces them anyway."""
+    from ray import serve
+
+    apps = serve.status().applications
+    running = [name for name in names if name in apps]
+    if running:
+        log(f"[pipeline] serve: deleting {', '.join(running)} (an earlier run's) to measure the cluster")
+        for name in running:
+            serve.delete(name)
 
 
 def write_serve_yaml(path: str, cfg: ServeConfig, header: str) -> Union[Path, str]:
