@@ -188,18 +188,35 @@ def test_the_report_reads_records_only_and_from_report_rewrites_it(run, capsys):
     assert json.loads((out / "records" / "report.json").read_text())["report"] == str(report)
 
 
-def test_a_rerun_deletes_the_running_app_it_replaces_before_measuring_the_cluster(run):
+def _router_metric_reporters() -> int:
+    """Tasks in this process's Serve router thread that record the routers' metrics every 100 ms."""
+    import asyncio
+
+    from ray.serve._private.router import SingletonThreadRouter
+
+    loop = SingletonThreadRouter._asyncio_loop
+    tasks = asyncio.all_tasks(loop) if loop is not None else set()
+    return sum(t.get_coro().__qualname__.endswith("_report_cached_metrics_forever") for t in tasks)
+
+
+def test_a_replica_is_asked_through_a_handle_it_shuts_down_and_a_rerun_deletes_the_app_it_replaces(run):
     from ray import serve
 
-    from scaleforge.pipeline.serve import _delete_running
+    from scaleforge.pipeline.serve import _ask, _delete_running
 
+    @serve.deployment(ray_actor_options={"num_cpus": 0})
+    class LeftUp:
+        def loaded_from(self) -> str:
+            return "up"
+
+    serve.run(LeftUp.bind(), name="left-up", route_prefix="/left-up")
+    # The serve stage asks the replicas what they loaded; the handle's reporting task, left running, once
+    # recorded a metric into Ray's torn-down metrics code at the driver's exit (exit code 139).
+    reporters = _router_metric_reporters()
+    assert _ask("LeftUp", "left-up", "loaded_from") == "up"
+    assert _router_metric_reporters() == reporters
     # An app an earlier run left up (--to serve): its replicas hold CPUs and GPUs that the placement
     # measurement's tasks would wait for for ever; the new deploy replaces it anyway.
-    @serve.deployment(ray_actor_options={"num_cpus": 0})
-    def left_up() -> str:
-        return "up"
-
-    serve.run(left_up.bind(), name="left-up", route_prefix="/left-up")
     logged = []
     _delete_running(["left-up", "not-running"], logged.append)
     assert "left-up" not in serve.status().applications

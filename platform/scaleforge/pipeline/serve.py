@@ -95,17 +95,27 @@ class ServeStage(PipelineStage):
 
 def _loaded_from(app: str, args: ServeArgs) -> dict[str, LoadedFrom]:
     """Ask a replica of each model deployment what it loaded and where it runs."""
-    from ray import serve
-
     return {
-        model.name: LoadedFrom.model_validate(
-            serve.get_deployment_handle(model.deployment_name, app_name=app)
-            .loaded_from.remote()
-            .result(timeout_s=60)
-        )
+        model.name: LoadedFrom.model_validate(_ask(model.deployment_name, app, "loaded_from"))
         for model in args.models
         if not model.in_ingress
     }
+
+
+def _ask(deployment: str, app: str, method: str):
+    """One call to a replica of ``deployment`` through a handle that is shut down afterwards.
+
+    A handle's router reports its metrics from a thread of its own every few seconds, for as long as
+    the process lives; a report that lands after ``ray.shutdown`` (at the driver's exit) calls into
+    Ray's torn-down metrics code: ``jobs.pipeline --to serve`` once crashed so (exit code 139), its
+    work done."""
+    from ray import serve
+
+    call = getattr(serve.get_deployment_handle(deployment, app_name=app), method)
+    try:
+        return call.remote().result(timeout_s=60)
+    finally:
+        call.shutdown()
 
 
 def _place(ctx: StageContext, args: ServeArgs, replacing: list[str]) -> tuple[ServeArgs, Placement]:
