@@ -96,9 +96,10 @@ def test_a_node_whose_cpus_other_work_holds_is_named_within_the_timeout_not_wait
     from ray.util.placement_group import placement_group, remove_placement_group
 
     # What a Serve app left up by an earlier run does to a node: its replicas hold the node's CPUs (and
-    # GPUs), so the measurement's task cannot start there.
-    held = placement_group([{"CPU": ray.available_resources()["CPU"]}])
-    ray.get(held.ready(), timeout=30)
+    # GPUs), so the measurement's task cannot start there. All of them, once earlier tests' actors have
+    # let theirs go: a share of them let the measurement start on a CPU one released (a suite run).
+    held = placement_group([{"CPU": ray.cluster_resources()["CPU"]}])
+    ray.get(held.ready(), timeout=120)
     (node,) = [n["NodeID"] for n in ray_cluster.nodes() if n["Alive"]]
     try:
         with pytest.raises(TimeoutError) as err:
