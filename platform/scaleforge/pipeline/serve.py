@@ -105,8 +105,8 @@ def _loaded_from(app: str, args: ServeArgs) -> dict[str, LoadedFrom]:
 def _ask(deployment: str, app: str, method: str):
     """One call to a replica of ``deployment`` through a handle that is shut down afterwards.
 
-    A handle's router reports its metrics from a thread of its own every few seconds, for as long as
-    the process lives; a report that lands after ``ray.shutdown`` (at the driver's exit) calls into
+    A handle's router records its metrics from a thread of its own every 100 ms, for as long as the
+    process lives; a report that lands after ``ray.shutdown`` (at the driver's exit) calls into
     Ray's torn-down metrics code: ``jobs.pipeline --to serve`` once crashed so (exit code 139), its
     work done."""
     from ray import serve
