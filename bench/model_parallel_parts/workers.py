@@ -2,6 +2,7 @@
 layout (one process per rank, gloo on 127.0.0.1), with the time each step spends idle."""
 
 import contextlib
+import json
 import os
 import socket
 import statistics
@@ -143,13 +144,19 @@ def _worker(rank, world, port, name, steps, out):
             "idle": idle.item(),
             "efficiency": efficiency.item(),
         }
-        torch.save(figures, out + ".part")
+        with open(out + ".part", "w") as f:
+            json.dump(figures, f)
         os.replace(out + ".part", out)  # whole or absent: the parent reads it as soon as it appears
     dist.barrier()
     # Not destroy_process_group and the interpreter's exit: tearing gloo down has hung (rank 0 in a
     # futex) and aborted ("terminate called without an active exception") in runs here, after every
     # figure was in. Every collective is done; the process leaves without running destructors.
     os._exit(0)
+
+
+def _read(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
 
 
 def _kill(context) -> None:
@@ -174,14 +181,14 @@ def measure(name: str, world: int, steps: int, timeout_s: float = 300, attempts:
                 if os.path.exists(out) or time.perf_counter() > deadline:
                     break
             else:
-                return torch.load(out, weights_only=True)
+                return _read(out)
             if os.path.exists(out):
                 # Rank 0 has written the figures; a group stuck tearing down gloo (seen: rank 1 gone,
                 # rank 0 waiting in a futex after writing them) is not waited for.
                 with contextlib.suppress(mp.ProcessExitedException, mp.ProcessRaisedException):
                     context.join(timeout=10)  # a rank's exit after the figures changes nothing
                 _kill(context)
-                return torch.load(out, weights_only=True)
+                return _read(out)
             _kill(context)
         print(
             f"  {name} on {world} workers: no result within {timeout_s:.0f} s (attempt {attempt})",
