@@ -36,12 +36,16 @@ SERVE_LOW_OVERHEAD = {
     "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
     "RAY_SERVE_LOG_TO_STDERR": "0",
     "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1000",
+    "RAY_SERVE_PROXY_USE_GRPC": "1",
 }
-"""Serve on an embedded Ray, as Ray 2.60's ``RAY_SERVE_THROUGHPUT_OPTIMIZED`` sets these three
+"""Serve on an embedded Ray, as Ray 2.60's ``RAY_SERVE_THROUGHPUT_OPTIMIZED`` sets the first three
 (``ray/serve/_private/constants.py``; it also moves handle calls to gRPC, left as they are): a replica
 runs our handlers on its own event loop (no thread hand-off per request), and writes its per-request
 log lines to its log file only, buffered, not also to stderr for Ray's log monitor to ship. The
-serving benchmark's plain server pays none of these per request (``docs/serving.md``)."""
+serving benchmark's plain server pays none of these per request (``docs/serving.md``). The fourth:
+Serve's HTTP proxy hands each request to a replica over the gRPC server every replica runs for calls
+between deployments (on a port of its own, with or without this setting), not as a Ray actor call
+(``bench/serving.py``'s proxy rows)."""
 
 IDLE_WORKER_POOL = {
     "RAY_prestart_worker_first_driver": "0",
