@@ -58,25 +58,12 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def metrics_port() -> int:
-    """Where the session cluster's node exports Ray's metrics in Prometheus format (``/metrics``): a free
-    port in 20000-29999, below Linux's ephemeral range (32768-60999) and between Ray's worker ports
-    (10002-19999) and Serve's direct-ingress ports (30000-31000). A port from ``bind(0)`` is ephemeral and
-    was taken before Ray bound it: in a fresh-clone run of fabf476 the session cluster's dashboard agent
-    failed with "Address already in use" while the other xdist worker's clusters bound dozens of ephemeral
-    ports, its raylet died with it, and ray.init gave up after 30 s (77 tests in error)."""
-    import random
-    import socket
+    """Where the session cluster's node exports Ray's metrics in Prometheus format (``/metrics``): a port
+    outside the ephemeral range (``scaleforge.cluster.free_ports``), which the other xdist worker's
+    clusters cannot take between this pick and Ray's bind (77 tests in error once)."""
+    from scaleforge.cluster import free_ports
 
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(20000, 30000)
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 20000-29999 for the session cluster's metrics")
+    return free_ports(1)[0]
 
 
 @pytest.fixture(scope="session")

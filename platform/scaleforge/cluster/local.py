@@ -10,6 +10,7 @@ autoscaler launched).
 
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -28,15 +29,34 @@ import psutil
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
+FREE_PORT_RANGE = range(20000, 30000)
+"""Where :func:`free_ports` draws from: below Linux's ephemeral range (32768-60999, what ``bind(0)`` and
+every outgoing connection take), between Ray's worker ports (10002-19999) and Serve's direct-ingress
+ports (30000-31000). A port from ``bind(0)`` can be handed to another process before the one it was
+picked for binds it: in a fresh-clone suite run a session cluster's dashboard agent failed so ("Address
+already in use") while another cluster bound dozens of ephemeral ports, and its raylet died with it."""
+
+
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports free on 127.0.0.1 right now."""
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
+    """``count`` distinct TCP ports in :data:`FREE_PORT_RANGE`, free on every interface right now."""
+    rng, sockets = random.Random(), []
+    try:
+        for _ in range(50 * count):
+            if len(sockets) == count:
+                break
+            s = socket.socket()
+            try:
+                s.bind(("", rng.choice(FREE_PORT_RANGE)))
+            except OSError:  # taken, or already held by this call
+                s.close()
+                continue
+            sockets.append(s)
+        if len(sockets) < count:
+            raise RuntimeError(f"{count} free ports wanted in {FREE_PORT_RANGE}, found {len(sockets)}")
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 class LocalHead:
