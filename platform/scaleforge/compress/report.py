@@ -7,13 +7,9 @@ validation bits per byte for a language model, where lower is better; rows carry
 import json
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (backend chosen first: jobs run headless)
-
-from scaleforge.compress.measure import StepRecord  # noqa: E402
-from scaleforge.storage import join, write_atomic  # noqa: E402
+from scaleforge.compress.measure import StepRecord
+from scaleforge.plots import pyplot
+from scaleforge.storage import join, write_atomic
 
 # Per metric: its name in a table, the column of its change against the teacher, an axis label.
 _LABELS = {
@@ -137,7 +133,7 @@ def _md_row(row: dict[str, Any], batches: list[str], metric: str) -> str:
 
 
 def _plot_sparsity(report: dict[str, Any], path: str) -> None:
-    figure, axis = plt.subplots(figsize=(6, 4))
+    figure, axis = pyplot().subplots(figsize=(6, 4))
     teacher = report["teacher"]["accuracy"]
     for name, rows in report["sweeps"].items():
         points = [
@@ -162,7 +158,7 @@ def _plot_tradeoffs(report: dict[str, Any], path: str) -> None:
         *[row for rows in report["sweeps"].values() for row in rows],
     ]
     batch, metric = list(report["teacher"]["latency_ms"])[-1], report["metric"]
-    figure, axes = plt.subplots(1, 2, figsize=(12, 5))
+    figure, axes = pyplot().subplots(1, 2, figsize=(12, 5))
     for axis, key, label in (
         (axes[0], "bytes", "bytes on disk"),
         (axes[1], "latency", f"CPU latency at batch {batch} (ms)"),
@@ -179,4 +175,4 @@ def _plot_tradeoffs(report: dict[str, Any], path: str) -> None:
 def _save_figure(figure, path: str) -> None:
     figure.tight_layout()
     write_atomic(path, lambda out: figure.savefig(out, format="png", dpi=120))
-    plt.close(figure)
+    pyplot().close(figure)

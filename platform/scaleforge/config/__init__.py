@@ -4,28 +4,49 @@ Schemas hold fields and the rules among them; building one reads no file but its
 no torch. Each job's ``check_runnable`` pre-flight (next to its domain) checks the rest.
 """
 
-from scaleforge.config.async_sgd import AsyncSGDConfig
-from scaleforge.config.calibrate import CalibrateConfig
-from scaleforge.config.cli import parse_job_config, run_job
-from scaleforge.config.compress import CompressJobConfig
-from scaleforge.config.hwbench import HWBenchConfig
-from scaleforge.config.loader import ConfigError, load_config
-from scaleforge.config.pipeline import PipelineConfig, PipelineJobConfig
-from scaleforge.config.pipeline_lm import LMPipelineConfig
-from scaleforge.config.schema import TrainJobConfig
-from scaleforge.config.serve import ServeConfig
+from typing import Any
 
-JOB_SCHEMAS = {
-    "jobs.train": TrainJobConfig,
-    "jobs.async_sgd": AsyncSGDConfig,
-    "jobs.compress": CompressJobConfig,
-    "jobs.serve": ServeConfig,
-    "jobs.calibrate": CalibrateConfig,
-    "jobs.hwbench": HWBenchConfig,
-    "jobs.pipeline": PipelineJobConfig,
+from scaleforge.lazy import lazy_exports
+
+_HOMES = {
+    "AsyncSGDConfig": "scaleforge.config.async_sgd",
+    "CalibrateConfig": "scaleforge.config.calibrate",
+    "CompressJobConfig": "scaleforge.config.compress",
+    "ConfigError": "scaleforge.config.loader",
+    "HWBenchConfig": "scaleforge.config.hwbench",
+    "LMPipelineConfig": "scaleforge.config.pipeline_lm",
+    "load_config": "scaleforge.config.loader",
+    "parse_job_config": "scaleforge.config.cli",
+    "PipelineConfig": "scaleforge.config.pipeline",
+    # Taken from the module of a kind of pipeline, which imports the base: ``kind`` picks among the
+    # subclasses imported by then.
+    "PipelineJobConfig": "scaleforge.config.pipeline_lm",
+    "run_job": "scaleforge.config.cli",
+    "ServeConfig": "scaleforge.config.serve",
+    "TrainJobConfig": "scaleforge.config.schema",
+}
+"""Where each export lives: imported on first use, so that a process that needs one schema (a Serve
+replica needs the serve config's) does not build every job's (about 0.2 s of CPU, pydantic's)."""
+
+_JOBS = {
+    "jobs.train": "TrainJobConfig",
+    "jobs.async_sgd": "AsyncSGDConfig",
+    "jobs.compress": "CompressJobConfig",
+    "jobs.serve": "ServeConfig",
+    "jobs.calibrate": "CalibrateConfig",
+    "jobs.hwbench": "HWBenchConfig",
+    "jobs.pipeline": "PipelineJobConfig",
 }
 """Each job module and the schema of its ``--config`` file (``jobs.pipeline``'s picks a subclass by
-``kind``)."""
+``kind``): ``JOB_SCHEMAS`` maps them to the classes."""
+_exports = lazy_exports(__name__, _HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "JOB_SCHEMAS":
+        return {job: _exports(schema) for job, schema in _JOBS.items()}
+    return _exports(name)
+
 
 __all__ = [
     "AsyncSGDConfig",

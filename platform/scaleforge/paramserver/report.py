@@ -8,6 +8,7 @@ from typing import Any, Union
 import numpy as np
 
 from scaleforge.config.async_sgd import AsyncSGDConfig
+from scaleforge.plots import pyplot
 from scaleforge.storage import join, write_atomic
 
 LABELS = {"test_accuracy": "test accuracy", "bits_per_byte": "validation bits/byte"}
@@ -98,10 +99,7 @@ def write_report(
 ) -> tuple[Union[Path, str], Union[Path, str]]:
     """``summary_<mode>.json`` (staleness histograms, events, accuracy over time, the config) and
     ``accuracy_<mode>.png`` in ``output`` (a folder or a URI); returns both locations."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     mode = result.mode
     summary: dict[str, Any] = {

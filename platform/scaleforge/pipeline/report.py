@@ -9,6 +9,7 @@ import statistics
 from scaleforge.compress.report import slim_sentence
 from scaleforge.pipeline.base import PipelineStage, StageContext
 from scaleforge.pipeline.records import Placement, Records, ReportRecord, ServedModelResult
+from scaleforge.plots import pyplot
 from scaleforge.storage import join, read_bytes, write_atomic
 
 PLOTS = {
@@ -98,9 +99,6 @@ def placement_line(placement: Placement) -> str:
 def write_report(records: Records, folder: str) -> str:
     """``report.md`` and its plots in ``folder`` (a local folder or a URI); returns the markdown's
     location."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     _training_curves(records, join(folder, "training_curves.png"))
     _sync_vs_async(records, join(folder, "sync_vs_async.png"))
     write_atomic(
@@ -130,7 +128,7 @@ def write_markdown(folder: str, title: str, table: str, body: list[str], plots: 
 
 
 def new_figure():
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, axis = plt.subplots(figsize=(6, 4))
     axis.grid(alpha=0.3)

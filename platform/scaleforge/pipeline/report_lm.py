@@ -87,9 +87,6 @@ def final_table(records: LMRecords) -> str:
 def write_report(records: LMRecords, folder: str) -> str:
     """``report.md`` and its plots in ``folder`` (a local folder or a URI); returns the markdown's
     location."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     _draft_lengths(records, join(folder, "draft_lengths.png"))
     _tokens_per_s(records, join(folder, "tokens_per_s.png"))
     write_atomic(

@@ -6,6 +6,7 @@ import torch
 import torch.distributed as dist
 
 from scaleforge import storage
+from scaleforge.plots import pyplot
 from scaleforge.storage import write_atomic
 
 
@@ -14,10 +15,7 @@ def write_loss_curve(
 ) -> str:
     """Plot the training loss every few steps and the validation loss after each epoch (with bits per
     byte on a second axis for a language model) to ``location`` (a path or URI); returns it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, axis = plt.subplots(figsize=(7, 4))
     axis.plot([p["step"] for p in curve], [p["train_loss"] for p in curve], label="training loss", lw=1)
