@@ -23,9 +23,11 @@ server listens on 127.0.0.1 and gets V2 infer requests of 64 MNIST-1D inputs fro
 (the library's load generator, the query stage's: ``scaleforge.pipeline.load``).
 
 Throughput, 8 clients: the cascade at the ingress replicas' own ports (``direct``: the platform's
-fastest documented path, the clients spread over the replicas) and through Serve's proxy (the default
-path); the teacher alone through the proxy; the plain cascade and the plain teacher; the direct cascade
-and the plain teacher again with the V2 binary tensor extension both ways. p50 latency at 1 client,
+fastest documented path, the clients spread over the replicas) and through the proxy at Serve's HTTP
+port (the default path: HAProxy, ``scaleforge.runtime.SERVE_HAPROXY``), and through Serve's Python
+proxy (the default path until HAProxy took its port; HAProxy's fallback, printed without a bar); the
+teacher alone through the proxy; the plain cascade and the plain teacher; the direct cascade and the
+plain teacher again with the V2 binary tensor extension both ways. p50 latency at 1 client,
 every input answered at stage 0 (``min_confidence=0``): the cascade direct and via proxy, the plain
 cascade, and a bare ``@serve.batch`` Serve deployment of the student (bench/peers/serve_bare.py). Time
 per hop at 1 client, from the ingress's ``Server-Timing`` header.
@@ -59,7 +61,7 @@ from serving_parts.plain import plain_server  # noqa: E402
 from serving_parts.report import report  # noqa: E402
 
 from scaleforge.data import load_mnist1d  # noqa: E402
-from scaleforge.runtime import SERVE_DIRECT_INGRESS, SERVE_LOW_OVERHEAD  # noqa: E402
+from scaleforge.runtime import SERVE_DIRECT_INGRESS, SERVE_HAPROXY, SERVE_LOW_OVERHEAD  # noqa: E402
 
 INFER = "/v2/models/{}/infer"
 
@@ -89,7 +91,7 @@ def main() -> int:
         f"{costs['teacher']:.1f} ms; calibrated thresholds: cascade {thresholds['cascade']:.3f}, early exit "
         f"{thresholds['early exit']:.3f}; {os.cpu_count()} cores"
     )
-    serve_env = {**SERVE_DIRECT_INGRESS, **SERVE_LOW_OVERHEAD}
+    serve_env = {**SERVE_DIRECT_INGRESS, **SERVE_LOW_OVERHEAD, **SERVE_HAPROXY}
     settings = ", ".join(f"{k}={os.environ.get(k, v)}" for k, v in serve_env.items())
     print(
         f"ours: {_shown(args.serve_config)}, {shape} ({settings}); plain: uvicorn, {workers} workers",
@@ -123,9 +125,14 @@ def _shown(path: Path) -> Path:
 def our_runs(proxy: str, direct: list[str], x: np.ndarray, c: int) -> dict:
     """Our configurations: name -> (base URLs, requests, clients)."""
     cascade, teacher = INFER.format("cascade"), INFER.format("teacher")
+    python_proxy = {}
+    if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":  # Serve's Python proxy: HAProxy's fallback
+        fallback = f"http://127.0.0.1:{os.environ['RAY_SERVE_FALLBACK_PROXY_HTTP_PORT']}"
+        python_proxy = {"cascade via Serve's Python proxy": ([fallback], bodies(cascade, x, c), c)}
     return {
         "cascade, direct": (direct, bodies(cascade, x, c), c),
         "cascade via proxy": ([proxy], bodies(cascade, x, c), c),
+        **python_proxy,
         "teacher via proxy": ([proxy], bodies(teacher, x, c), c),
         "cascade, direct, binary": (direct, binary_bodies(cascade, x, c), c),
         "stage 0, direct": (direct, bodies(cascade, x, 1, min_confidence=0.0), 1),

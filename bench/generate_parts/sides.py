@@ -5,7 +5,7 @@ import contextlib
 import ray
 from serving_parts.plain import free_port, uvicorn_server
 
-from scaleforge.deployment.deploy import deploy, running_direct_ingress_urls
+from scaleforge.deployment.deploy import deploy, ingress_replica_urls
 
 
 @contextlib.contextmanager
@@ -17,7 +17,7 @@ def our_server(paths: dict[str, str]):
     cfg, _ = ours(paths, free_port())
     try:
         proxy = deploy(cfg)
-        yield proxy, running_direct_ingress_urls()[cfg.applications[0].name]
+        yield proxy, ingress_replica_urls()[cfg.applications[0].name]
     finally:
         ray.shutdown()
 

@@ -13,7 +13,7 @@ from ray import serve
 
 from scaleforge.config.loader import load_config
 from scaleforge.config.serve import ServeConfig
-from scaleforge.deployment.deploy import deploy, running_direct_ingress_urls
+from scaleforge.deployment.deploy import deploy, ingress_replica_urls
 from scaleforge.routers import CascadeEntry
 from serving_parts.plain import free_port
 
@@ -60,7 +60,7 @@ def served(cfg: ServeConfig, stage0_artifact: str):
             name="bare",
             route_prefix="/bare",
         )
-        direct = running_direct_ingress_urls()[cfg.applications[0].name]
+        direct = ingress_replica_urls()[cfg.applications[0].name]
         yield proxy, direct
     finally:
         ray.shutdown()  # the local cluster and Serve with it

@@ -109,7 +109,11 @@ def report(results: dict[str, list[dict]], args) -> int:
     for name, measured, bar, met in old:
         print(f"  {name:52s} {measured:44s} {bar:8s} {'yes' if met else 'no'}")
     shown = ratio("p50", "stage 0 via proxy", "plain stage 0", 0, False)[0]
-    print(f"  stage 0 via proxy / plain stage 0, p50 c=1: {shown}, no bar\n")
+    print(f"  stage 0 via proxy / plain stage 0, p50 c=1: {shown}, no bar")
+    if "cascade via Serve's Python proxy" in med:  # the default path's bar, on the path it was set on
+        python = ratio("throughput", "cascade via Serve's Python proxy", "plain cascade", 0.5, True)[0]
+        print(f"  cascade via Serve's Python proxy (HAProxy's fallback) / plain cascade: {python}, no bar")
+    print()
     return print_bars(rows, f"comparison, median [range] of {args.rounds} round(s)")
 
 

