@@ -25,7 +25,6 @@ status 1 if a bar is missed.
 """
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from generate_parts.sides import our_server, peer_server  # noqa: E402
 from provenance import check_and_print  # noqa: E402
 
 from scaleforge.artifacts.servable import load_servable  # noqa: E402
+from scaleforge.deployment.deploy import python_proxy_url  # noqa: E402
 from scaleforge.generate.prompts import held_out_prompts  # noqa: E402
 
 
@@ -61,20 +61,13 @@ def measure_ours(paths, prompts, sizes: Sizes) -> dict:
         figures["1 client, draft_tokens 0"], figures["text alone"] = generated([proxy], alone, 1, 1)
         figures["ttft"] = first_token_ms([proxy], prompts[:4])
         figures["ttft, direct"] = first_token_ms(direct, prompts[:4])
-        if python_proxy := _python_proxy():  # the default path before HAProxy took Serve's port
+        if python_proxy := python_proxy_url():  # the default path before HAProxy took Serve's port
             figures["many clients, Python proxy"] = generated(
                 [python_proxy], long, sizes.clients, sizes.requests_per_client
             )[0]
             figures["ttft, Python proxy"] = first_token_ms([python_proxy], prompts[:4])
         figures["engine"] = httpx.get(f"{proxy}/v1/models/lm", timeout=30).json()
     return figures
-
-
-def _python_proxy() -> str:
-    """Serve's Python proxy, HAProxy's fallback, where HAProxy holds Serve's HTTP port; else ''."""
-    if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") != "1":
-        return ""
-    return f"http://127.0.0.1:{os.environ['RAY_SERVE_FALLBACK_PROXY_HTTP_PORT']}"
 
 
 def measure_peer(exports, prompts, sizes: Sizes) -> dict:

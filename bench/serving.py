@@ -61,6 +61,7 @@ from serving_parts.plain import plain_server  # noqa: E402
 from serving_parts.report import report  # noqa: E402
 
 from scaleforge.data import load_mnist1d  # noqa: E402
+from scaleforge.deployment.deploy import python_proxy_url  # noqa: E402
 from scaleforge.runtime import SERVE_DIRECT_INGRESS, SERVE_HAPROXY, SERVE_LOW_OVERHEAD  # noqa: E402
 
 INFER = "/v2/models/{}/infer"
@@ -126,8 +127,7 @@ def our_runs(proxy: str, direct: list[str], x: np.ndarray, c: int) -> dict:
     """Our configurations: name -> (base URLs, requests, clients)."""
     cascade, teacher = INFER.format("cascade"), INFER.format("teacher")
     python_proxy = {}
-    if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":  # Serve's Python proxy: HAProxy's fallback
-        fallback = f"http://127.0.0.1:{os.environ['RAY_SERVE_FALLBACK_PROXY_HTTP_PORT']}"
+    if fallback := python_proxy_url():  # Serve's Python proxy: HAProxy's fallback
         python_proxy = {"cascade via Serve's Python proxy": ([fallback], bodies(cascade, x, c), c)}
     return {
         "cascade, direct": (direct, bodies(cascade, x, c), c),

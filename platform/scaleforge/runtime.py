@@ -70,29 +70,33 @@ _HAPROXY_PLACES = "SCALEFORGE_HAPROXY_PLACES"
 embedded cluster's driver started) picks its own, while places a user set are kept."""
 
 
+_HAPROXY_PLACE_VARIABLES = (
+    "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC",
+    "RAY_SERVE_HAPROXY_SOCKET_PATH",
+    "RAY_SERVE_HAPROXY_SERVER_STATE_BASE",
+    "RAY_SERVE_HAPROXY_SERVER_STATE_FILE",
+    "RAY_SERVE_HAPROXY_METRICS_PORT",
+    "RAY_SERVE_HAPROXY_STATS_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT",
+)
+"""What :func:`_haproxy_places` sets: a folder's four files, then four ports."""
+
+
 def _haproxy_places() -> dict[str, str]:
     """A folder and four free ports of this embedded cluster's own for HAProxy and its fallback proxy
     (their environment variables, as Ray 2.60 reads them), or none where the user set any."""
-    names = ("METRICS_PORT", "STATS_PORT", "CONFIG_FILE_LOC", "SOCKET_PATH", "SERVER_STATE_BASE")
     ours = os.environ.get(_HAPROXY_PLACES) == "1"
-    if not ours and any(f"RAY_SERVE_HAPROXY_{name}" in os.environ for name in names):
+    if not ours and any(name in os.environ for name in _HAPROXY_PLACE_VARIABLES):
         return {}
     import tempfile
 
     from scaleforge.cluster.local import free_ports
 
-    folder, ports = tempfile.mkdtemp(prefix="sf-haproxy-"), free_ports(4)
-    return {
-        _HAPROXY_PLACES: "1",
-        "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": f"{folder}/haproxy.cfg",
-        "RAY_SERVE_HAPROXY_SOCKET_PATH": f"{folder}/admin.sock",
-        "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": folder,
-        "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": f"{folder}/server-state",
-        "RAY_SERVE_HAPROXY_METRICS_PORT": str(ports[0]),
-        "RAY_SERVE_HAPROXY_STATS_PORT": str(ports[1]),
-        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(ports[2]),
-        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(ports[3]),
-    }
+    folder = tempfile.mkdtemp(prefix="sf-haproxy-")
+    files = [f"{folder}/haproxy.cfg", f"{folder}/admin.sock", folder, f"{folder}/server-state"]
+    values = [*files, *map(str, free_ports(4))]
+    return {_HAPROXY_PLACES: "1", **dict(zip(_HAPROXY_PLACE_VARIABLES, values))}
 
 
 _QUIET = {

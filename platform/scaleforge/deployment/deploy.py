@@ -10,6 +10,7 @@ modules themselves (``serving/``) are never imported by name here.
 """
 
 import math
+import os
 import signal
 import time
 
@@ -170,7 +171,7 @@ def serve_until_interrupted(cfg: ServeConfig) -> str:
     url = deploy(cfg)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     print(f"serving {', '.join(a.name for a in cfg.applications)} at {url}/v2 (Ctrl-C stops)", flush=True)
-    for app, direct in running_direct_ingress_urls().items():
+    for app, direct in ingress_replica_urls().items():
         print(f"  {app} also directly at {', '.join(f'{u}/v2' for u in direct)} (direct ingress)", flush=True)
     try:
         while True:
@@ -206,16 +207,20 @@ def direct_ingress_urls(details: dict) -> dict[str, list[str]]:
     return urls
 
 
-def running_direct_ingress_urls() -> dict[str, list[str]]:
-    """:func:`direct_ingress_urls` of the Serve this process deployed to."""
-    return direct_ingress_urls(_get_global_client().get_serve_details())
-
-
 def ingress_replica_urls() -> dict[str, list[str]]:
-    """Each app's ingress replicas' own HTTP URLs, with or without HAProxy in front of them
-    (``scaleforge.runtime.SERVE_HAPROXY``), whose Serve details list HAProxy instead: the targets that
-    Serve's controller gives HAProxy's manager. What the benchmarks measure as the path with no proxy."""
+    """:func:`direct_ingress_urls` of the Serve this process deployed to, with or without HAProxy in
+    front of the replicas (``scaleforge.runtime.SERVE_HAPROXY``): Serve's details then list HAProxy, so
+    the targets are those Serve's controller gives HAProxy's manager."""
     client = _get_global_client()
     groups = ray.get(client._controller.get_target_groups.remote(from_proxy_manager=True))
     groups = [group.model_dump(mode="json") for group in groups]
     return direct_ingress_urls({**client.get_serve_details(), "target_groups": groups})
+
+
+def python_proxy_url() -> str:
+    """Serve's Python proxy of an embedded Ray where HAProxy holds Serve's HTTP port (HAProxy's
+    fallback, on the port ``scaleforge.runtime`` picked for it), else ``""``."""
+    if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") != "1":
+        return ""
+    host = _get_global_client().get_serve_details()["http_options"]["host"]
+    return f"http://{host}:{os.environ['RAY_SERVE_FALLBACK_PROXY_HTTP_PORT']}"
