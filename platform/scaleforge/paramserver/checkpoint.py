@@ -16,7 +16,8 @@ class ShardState:
 
     param: torch.Tensor
     optimizer: dict[str, torch.Tensor]
-    """The optimiser's state of the slice (``optimizer.state[param]``)."""
+    """The optimiser's state of the slice (:class:`~scaleforge.paramserver.update.SliceOptimizer`'s, named
+    as ``torch.optim``'s classes name it)."""
     version: int
     clocks: dict[int, int]
     """Steps received from each active worker."""

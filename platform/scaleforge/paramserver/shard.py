@@ -29,6 +29,7 @@ from scaleforge.paramserver.checkpoint import ShardState, load_checkpoint, save_
 from scaleforge.paramserver.layout import InitialSlice
 from scaleforge.paramserver.outbox import RESEND, Inbox, SharedGradient
 from scaleforge.paramserver.specs import ShardSpec
+from scaleforge.paramserver.update import SliceOptimizer
 from scaleforge.paramserver.window import ParamWindow
 from scaleforge.storage import join
 
@@ -64,11 +65,8 @@ class ParameterShard:
             values = self.window.values
             with self._writing():
                 values[:] = init
-        self.param = torch.nn.Parameter(torch.from_numpy(values))
-        if spec.optimizer == "adam":
-            self.optimizer = torch.optim.Adam([self.param], lr=spec.lr)
-        else:
-            self.optimizer = torch.optim.SGD([self.param], lr=spec.lr, momentum=spec.momentum)
+        self.param = torch.from_numpy(values)
+        self.optimizer = SliceOptimizer(self.param, spec.optimizer, spec.momentum)
         self.lr, self.staleness_aware_lr = spec.lr, spec.staleness_aware_lr
         # Steps received from each active worker; workers join and leave while a run trains.
         self.clocks = {w: 0 for w in range(spec.num_workers)}
@@ -202,15 +200,14 @@ class ParameterShard:
         return self.window.writing(lambda: self.version) if self.window is not None else nullcontext()
 
     def _apply(self, grad: np.ndarray, staleness: int) -> None:
-        with warnings.catch_warnings():  # object-store arrays are read-only; the optimiser only reads .grad
+        with warnings.catch_warnings():  # object-store arrays are read-only; the optimiser only reads them
             warnings.simplefilter("ignore", UserWarning)
-            self.param.grad = torch.from_numpy(np.asarray(grad, dtype=np.float32))
-        if self.staleness_aware_lr:  # Zhang et al. 2016: divide the step by the staleness
-            self.optimizer.param_groups[0]["lr"] = self.lr / max(1, staleness)
-        self.optimizer.step()
+            grad = torch.from_numpy(np.asarray(grad, dtype=np.float32))
+        # Zhang et al. 2016's staleness-aware rate: divide the step by the staleness
+        self.optimizer.step(grad, self.lr / max(1, staleness) if self.staleness_aware_lr else self.lr)
 
     def _checkpoint(self) -> None:
-        state = ShardState(self.param, self.optimizer.state[self.param], self.version, self.clocks)
+        state = ShardState(self.param, self.optimizer.state, self.version, self.clocks)
         save_checkpoint(self.checkpoint_path, state)
 
     def _restore(self) -> int:
@@ -223,6 +220,6 @@ class ParameterShard:
         with self._writing(), torch.no_grad():
             self.param.copy_(state.param)
             self.version = state.version
-        self.optimizer.state[self.param] = state.optimizer
+        self.optimizer.state = state.optimizer
         self.clocks = state.clocks
         return self.version

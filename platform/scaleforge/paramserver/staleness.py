@@ -13,6 +13,7 @@ from scaleforge.data.in_memory import load_in_memory
 from scaleforge.models import build_model
 from scaleforge.paramserver.layout import ParamLayout
 from scaleforge.paramserver.run import worker_shards
+from scaleforge.paramserver.update import SliceOptimizer
 from scaleforge.paramserver.worker import WeightPredictor, batches, gradient
 
 
@@ -44,8 +45,8 @@ def stale_updates(
     torch.manual_seed(seed)
     model = build_model(cfg.model, data.info.input_dim, data.info.num_classes)
     layout = ParamLayout.of(model)
-    flat = torch.nn.Parameter(torch.from_numpy(layout.flatten(model).copy()))
-    optimizer = torch.optim.Adam([flat], lr=lr)
+    flat = torch.from_numpy(layout.flatten(model).copy())
+    optimizer = SliceOptimizer(flat, "adam")  # a shard's rule
     streams = [
         batches(data.x[rows], data.y[rows], cfg.workers.batch_size, seed + i)
         for i, rows in enumerate(worker_shards(len(data.y), workers, seed))
@@ -63,8 +64,7 @@ def stale_updates(
                 predictors[update % workers].predict(params, [(max(0, update - 1 - tau), 0)])
             layout.assign(model, params)
             grad, _ = gradient(model, layout, *next(streams[update % workers]))
-            flat.grad = torch.from_numpy(grad)
-            optimizer.step()
+            optimizer.step(torch.from_numpy(grad), lr)
             read = read[1:] + [flat.detach().clone()]
             if update % every == 0:
                 layout.assign(model, flat.detach().numpy())
