@@ -26,6 +26,9 @@ for _name, _value in {
     # runs two test files at once, each with Ray workers, replicas and jobs of its own, on 2 cores
     # that it keeps 95% busy, where a second OpenMP thread per process only spins against the others.
     "OMP_NUM_THREADS": "1",
+    # Ray's usage statistics (no test machine reaches their server): without them Ray Data runs no
+    # usage-collecting actor in each cluster it executes on, a process of ~2 CPU-seconds each.
+    "RAY_USAGE_STATS_ENABLED": "0",
 }.items():
     os.environ.setdefault(_name, _value)
 # Credentials for the suite's own S3 server (the `s3` fixture), set before any Ray starts so that
