@@ -1,5 +1,6 @@
 """A shard's update rule takes exactly the steps of torch.optim's SGD and Adam, on the same state."""
 
+import subprocess
 import sys
 
 import pytest
@@ -40,10 +41,8 @@ def test_an_unknown_kind_is_named():
         SliceOptimizer(torch.zeros(3), "lamb")
 
 
-def test_a_step_does_not_import_the_compiler(tmp_path):
+def test_a_step_does_not_import_the_compiler():
     """What building torch.optim's class would cost a shard's process: torch._dynamo's import."""
-    import subprocess
-
     code = (
         "import sys, torch\n"
         "from scaleforge.paramserver.update import SliceOptimizer\n"
