@@ -7,13 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from scaleforge.runtime import FAST_POLLING, worker_logs_to_console
+from scaleforge.runtime import FAST_POLLING, IDLE_WORKER_POOL, worker_logs_to_console
 from scaleforge.storage.local_s3 import LocalS3
 
 REPO = Path(__file__).resolve().parents[1]
 # Every Ray this session starts, its own and those of the subprocesses it runs (jobs, drills, heads).
 for _name, _value in {
     **FAST_POLLING,
+    # The pool of idle worker processes an embedded Ray keeps (none prestarted, one per core at most),
+    # in every cluster the suite starts: an idle Ray worker still wakes every 10 ms (its core worker's
+    # signal check), about 0.5% of a core each, and the session's two clusters live the whole run.
+    **IDLE_WORKER_POOL,
     "SCALEFORGE_RAY_DASHBOARD": "0",  # no test opens a dashboard
     # matplotlib's font cache stays where it is when a test gives a process a home of its own
     "MPLCONFIGDIR": str(Path.home() / ".config" / "matplotlib"),
