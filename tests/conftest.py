@@ -38,6 +38,14 @@ for _name, _value in {
 # Credentials for the suite's own S3 server (the `s3` fixture), set before any Ray starts so that
 # every worker, replica and job inherits them, as nodes of a cloud cluster get theirs.
 LocalS3.credentials()
+# Linux's batch scheduling (sched(7): SCHED_BATCH) for this process and, inherited on fork, for every
+# process it starts: a process that wakes does not preempt the one running, the scheduler switches at
+# its tick instead. Every Ray actor's core worker wakes every 10 ms (its signal check) and the session
+# keeps dozens alive on 2 cores that the suite keeps busy; a training worker's thread was preempted
+# ~850 times a second under the default policy, ~350 under this one. Fresh-clone runs of make test in
+# turn (batch, plain, plain, batch): pytest 861, 889, 919, 821 s.
+if hasattr(os, "SCHED_BATCH"):
+    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 
 
 STARTS_FIRST = (
