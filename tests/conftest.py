@@ -42,8 +42,7 @@ LocalS3.credentials()
 # process it starts: a process that wakes does not preempt the one running, the scheduler switches at
 # its tick instead. Every Ray actor's core worker wakes every 10 ms (its signal check) and the session
 # keeps dozens alive on 2 cores that the suite keeps busy; a training worker's thread was preempted
-# ~850 times a second under the default policy, ~350 under this one. Fresh-clone runs of make test in
-# turn (batch, plain, plain, batch): pytest 861, 889, 919, 821 s.
+# ~850 times a second under the default policy, ~350 under this one.
 if hasattr(os, "SCHED_BATCH"):
     os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 
