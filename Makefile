@@ -8,6 +8,20 @@ STAMP  := $(VENV)/.installed
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 CONFIG ?= configs/train_dp.yaml
+# Python writes a module's .pyc at its first import and every later process reads it, also where the
+# machine sets PYTHONDONTWRITEBYTECODE=1 (as these do; without .pyc files every Ray worker compiles
+# ray's sources again, ~4 s of CPU per process). The install imports once, in two processes (Ray's side
+# and torch's), what the platform's processes import, so that processes starting together do not each
+# compile it: 3,933 .pyc files, 21.5 s and 27 CPU-s for the whole install here, where compiling every
+# installed file (uv's --compile-bytecode: transformers, sympy, pandas' and scipy's own test suites,
+# ...) made it 34.9 s and 58 CPU-s. A module that only some test imports compiles at its first import.
+export PYTHONDONTWRITEBYTECODE :=
+WARM_RAY   := ray._private.workers.default_worker, ray.data._internal.execution.streaming_executor, \
+	ray.serve._private.replica, ray.serve._private.controller, ray.serve._private.proxy, ray.dashboard.dashboard, \
+	ray.dashboard.agent, ray._private.runtime_env.agent.main, ray.dashboard.modules.job.job_head
+WARM_TORCH := torch.distributed.fsdp, torch.distributed.tensor.parallel, torch.distributed.pipelining, \
+	torch.distributed.checkpoint, torch.ao.quantization, ray.train.torch, ray.train.v2._internal.execution.controller, \
+	scaleforge.train, scaleforge.paramserver.fleet, serving.app, jobs.pipeline
 
 .PHONY: install demo test test-fast gpu-check lint bench docs submit clean
 
@@ -15,19 +29,17 @@ install: $(STAMP)
 
 # Everything through uv (16 s for torch against pip's 35 s), pip if uv cannot. Torch's CPU wheel lies in
 # pip's find-links folder on CPU machines, where uv does not look unless told: it gets pip's setting.
-# The project's own install keeps that torch, as it meets torch>=2.6. --compile-bytecode as pip does:
-# without .pyc files (and PYTHONDONTWRITEBYTECODE=1 set, as on these machines) every Ray worker
-# compiles ray's sources again, ~4 s of CPU per process.
+# The project's own install keeps that torch, as it meets torch>=2.6.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip uv
 	links=$$($(BIN)/python -m pip config get global.find-links 2>/dev/null || echo "$${PIP_FIND_LINKS:-}"); \
-	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode "$(TORCH_SPEC)" \
+	$(BIN)/uv pip install --python $(BIN)/python -q "$(TORCH_SPEC)" \
 		$(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $$(for l in $$links; do echo --find-links $$l; done) \
 		|| $(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode -e ".[test]" \
+	$(BIN)/uv pip install --python $(BIN)/python -q -e ".[test]" \
 		|| $(BIN)/python -m pip install -q -e ".[test]"
-	$(BIN)/python -m compileall -q platform serving jobs
+	$(BIN)/python -c "import $(WARM_RAY)" & $(BIN)/python -c "import $(WARM_TORCH)"; status=$$?; wait $$! && exit $$status
 	touch $(STAMP)
 
 demo: install
