@@ -58,6 +58,14 @@ def test_lm_tiny_learns_context_and_its_artifact_scores_text_as_reported(ray_clu
     # Rank 1 died halfway through epoch 2: the restart resumed from epoch 1's checkpoint (Ray Data shards,
     # epoch checkpoints: the default path) and ran epoch 2 once.
     assert [h["epoch"] for h in result.history] == [1, 2]
+    # No Ray Train placement-group cleaner ran (scaleforge.train.driver._Trainer): one removed this run's
+    # placement group, its controller alive, in two fresh-clone suite runs.
+    cleaners = [
+        a
+        for a in ray_cluster._private.state.actors().values()
+        if a["ActorClassName"] == "PlacementGroupCleaner"
+    ]
+    assert cleaners == []
     assert "resumed from the checkpoint of epoch 1 after a failure" in summary
     assert f"loss curve: {result.loss_curve}" in summary and os.path.getsize(result.loss_curve) > 10_000
     assert result.history[-1]["bits_per_byte"] < result.history[0]["bits_per_byte"]

@@ -8,6 +8,7 @@ from typing import Any, Optional, Sequence
 
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
+from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
 
 from scaleforge import storage
 from scaleforge.artifacts import save_artifact
@@ -160,12 +161,26 @@ def run_training(
     )
 
 
+class _Trainer(TorchTrainer):
+    """``TorchTrainer`` without Ray Train 2.60's placement-group cleaner: a detached actor per run that
+    asks Ray's state API every second whether the run's controller lives and removes the run's placement
+    group when the answer is no. Twice in fresh-clone suite runs it got that answer about a live
+    controller (its log: 11 failed queries, then "controller ... is dead") and killed the run's workers,
+    which cost a restart of the run. The placement group stays scoped to the driver, as Ray scopes one
+    an actor creates: a job's driver exits with its run."""
+
+    def _create_default_callbacks(self):
+        return [
+            c for c in super()._create_default_callbacks() if not isinstance(c, PlacementGroupCleanerCallback)
+        ]
+
+
 def _trainer(
     cfg: TrainJobConfig, data: TrainingData, hooks, dataset_config, run_name: str, progress
 ) -> TorchTrainer:
     """Ray Train's trainer for the run: every worker runs :func:`train_loop_per_worker`."""
     scaling = cfg.scaling
-    return TorchTrainer(
+    return _Trainer(
         train_loop_per_worker,
         train_loop_config={"run": WorkerRun(cfg, cfg.dims, asdict(data.info), hooks, progress)},
         scaling_config=ScalingConfig(
