@@ -179,11 +179,11 @@ def init_local_ray(**options) -> None:
     address (``RAY_ADDRESS``, through the job's runtime environment).
 
     Without it a worker that asks Ray's state API about its own cluster reads the address of whichever
-    cluster started last on the machine (``/tmp/ray/ray_current_cluster``). Ray Train's placement-group
-    cleaner does so every second for the whole run, and a second cluster with a dashboard, started on
-    the same machine meanwhile, answered that the run's controller did not exist: the cleaner removed
-    the run's placement group, killing its workers (reproduced with ``ray start --head`` beside a run;
-    a fresh-clone test run lost a training run this way)."""
+    cluster started last on the machine (``/tmp/ray/ray_current_cluster``), or fails where several run.
+    Ray Train's placement-group cleaner asks every second of a run whether the run's controller lives:
+    with ``ray start --head`` started beside a run on ``ray.init(address="local")``, the other cluster
+    answered no, and the cleaner removed the run's placement group, killing its workers (our runs now
+    go without the cleaner: :class:`scaleforge.train.driver._Trainer`)."""
     from scaleforge.cluster.local import free_ports
 
     port = free_ports(1)[0]
