@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scaleforge.runtime import FAST_POLLING, IDLE_WORKER_POOL, init_local_ray, worker_logs_to_console
+from scaleforge.runtime import FAST_POLLING, IDLE_WORKER_POOL, worker_logs_to_console
 from scaleforge.storage.local_s3 import LocalS3
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,10 +101,11 @@ def metrics_port() -> int:
 def ray_cluster(metrics_port):
     import ray
 
-    # A fresh cluster even if another local one (or a stale address file) exists.
+    # address="local": a fresh cluster even if another local one (or a stale address file) exists.
     # Worker and replica output stays in Ray's log folder, as for our jobs (SCALEFORGE_WORKER_LOGS=1
     # streams it).
-    init_local_ray(
+    ray.init(
+        address="local",
         num_cpus=4,
         include_dashboard=False,
         _metrics_export_port=metrics_port,

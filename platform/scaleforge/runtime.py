@@ -168,30 +168,12 @@ def ensure_ray(min_cpus: float, min_memory: float = 0) -> None:
         dashboard = os.environ.get("SCALEFORGE_RAY_DASHBOARD", "1") not in ("", "0")
         free = 0.7 * psutil.virtual_memory().available
         memory = {"_memory": int(max(min_memory, free))} if min_memory else {}
-        init_local_ray(
-            num_cpus=cpus, include_dashboard=dashboard, dashboard_host="127.0.0.1", **memory, **quiet
+        ray.init(
+            address="local",
+            num_cpus=cpus,
+            include_dashboard=dashboard,
+            dashboard_host="127.0.0.1",
+            **memory,
+            **quiet,
         )
     quiet_ray_loggers()
-
-
-def init_local_ray(**options) -> None:
-    """``ray.init(address="local", **options)``: a fresh local cluster whose worker processes know its
-    address (``RAY_ADDRESS``, through the job's runtime environment).
-
-    Without it a worker that asks Ray's state API about its own cluster reads the address of whichever
-    cluster started last on the machine (``/tmp/ray/ray_current_cluster``), or fails where several run.
-    Ray Train's placement-group cleaner asks every second of a run whether the run's controller lives:
-    with ``ray start --head`` started beside a run on ``ray.init(address="local")``, the other cluster
-    answered no, and the cleaner removed the run's placement group, killing its workers (our runs now
-    go without the cleaner: :class:`scaleforge.train.driver._Trainer`)."""
-    from scaleforge.cluster.local import free_ports
-
-    port = free_ports(1)[0]
-    address = f"{ray.util.get_node_ip_address()}:{port}"
-    runtime_env = dict(options.pop("runtime_env", None) or {})
-    runtime_env["env_vars"] = {"RAY_ADDRESS": address, **runtime_env.get("env_vars", {})}
-    os.environ["RAY_GCS_SERVER_PORT"] = str(port)  # read by the head node that ray.init starts
-    try:
-        ray.init(address="local", runtime_env=runtime_env, **options)
-    finally:
-        del os.environ["RAY_GCS_SERVER_PORT"]

@@ -165,7 +165,7 @@ class _Trainer(TorchTrainer):
     """``TorchTrainer`` without Ray Train 2.60's placement-group cleaner: a detached actor per run that
     asks Ray's state API every second whether the run's controller lives and removes the run's placement
     group when the answer is no. Twice in fresh-clone suite runs it got that answer about a live
-    controller (its log: 11 failed queries, then "controller ... is dead") and killed the run's workers,
+    controller (its log: 7 and 11 failed queries, then "controller ... is dead") and killed the run's workers,
     which cost a restart of the run. The placement group stays scoped to the driver, as Ray scopes one
     an actor creates: a job's driver exits with its run."""
 
