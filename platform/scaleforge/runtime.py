@@ -9,8 +9,11 @@ worker's output to the driver again while debugging. An embedded Ray starts its 
 (the test suite sets it).
 """
 
+import atexit
+import contextlib
 import logging
 import os
+import shutil
 
 import psutil
 import ray
@@ -94,9 +97,25 @@ def _haproxy_places() -> dict[str, str]:
     from scaleforge.cluster.local import free_ports
 
     folder = tempfile.mkdtemp(prefix="sf-haproxy-")
+    atexit.register(_stop_haproxy, folder)
     files = [f"{folder}/haproxy.cfg", f"{folder}/admin.sock", folder, f"{folder}/server-state"]
     values = [*files, *map(str, free_ports(4))]
     return {_HAPROXY_PLACES: "1", **dict(zip(_HAPROXY_PLACE_VARIABLES, values))}
+
+
+def _stop_haproxy(folder: str) -> None:
+    """At exit: shut Ray down (Ray's own exit hook, registered when ``ray`` was imported, runs after
+    this one), stop any HAProxy still reading this cluster's files, then remove them. HAProxy is a
+    child process of Serve's proxy actor, stopped by ``serve.shutdown()``; an embedded cluster that ends
+    with its driver kills the actor, and now and then HAProxy outlived it (a fresh-clone suite run left
+    one serving its app's HTTP port and health-checking the ingress replica's port, 30000, where other
+    clusters' replicas listen later)."""
+    ray.shutdown()
+    for process in psutil.process_iter(["name", "cmdline"]):
+        if process.info["name"] == "haproxy" and any(folder in arg for arg in process.info["cmdline"] or ()):
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 _QUIET = {

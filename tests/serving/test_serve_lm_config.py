@@ -5,6 +5,7 @@
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -119,8 +120,20 @@ def test_serve_lm_yaml_serves_text_through_jobs_serve_and_serve_run(config, comm
         process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=out, start_new_session=True)
     base = f"http://127.0.0.1:{loaded['http_options']['port']}"
     try:
+        began = time.monotonic()
         _wait_for_text(base, process, log)
+        answering = time.monotonic()
         _check_every_generator(base, loaded)
+        requests = time.monotonic() - answering
+        print(f"{command}: answering after {answering - began:.1f} s, requests {requests:.1f} s")
     finally:
         _stop(process)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+    # Stopped, it leaves nothing serving: the next server can take the port (HAProxy, a process of
+    # Serve's proxy actor, once outlived a stopped jobs.serve and kept it).
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the port's closed connections linger
+        try:
+            probe.bind(("127.0.0.1", loaded["http_options"]["port"]))
+        except OSError as error:
+            raise AssertionError(f"{base} is still taken after the server stopped: {error}") from None
