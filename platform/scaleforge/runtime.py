@@ -111,10 +111,15 @@ def _stop_haproxy(folder: str) -> None:
     one serving its app's HTTP port and health-checking the ingress replica's port, 30000, where other
     clusters' replicas listen later)."""
     ray.shutdown()
-    for process in psutil.process_iter(["name", "cmdline"]):
-        if process.info["name"] == "haproxy" and any(folder in arg for arg in process.info["cmdline"] or ()):
-            with contextlib.suppress(psutil.Error):
-                process.kill()
+    left = [
+        process
+        for process in psutil.process_iter(["name", "cmdline"])
+        if process.info["name"] == "haproxy" and any(folder in arg for arg in process.info["cmdline"] or ())
+    ]
+    for process in left:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(left, timeout=5)
     shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -72,13 +72,25 @@ def _wait_for_text(base: str, process: subprocess.Popen, log, within_s: float = 
     raise AssertionError(f"{base}/v1/models did not answer within {within_s} s: {log.read_text()[-3000:]}")
 
 
+IN_A_TERMINAL = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+"""Runs a command with Ctrl-C's signal at its default, as a terminal starts it. Where the suite runs as a
+shell's background job (CI), SIGINT is ignored and every process it starts inherits that: Ctrl-C was
+then lost on the servers here, each ran out the 60 s stop timeout, and the process group's SIGKILL left
+the Ray's other processes (HAProxy among them) serving the port into the next server's test."""
+
+
 def _stop(process: subprocess.Popen) -> None:
+    """Ctrl-C: the server stops within a minute, or the test fails (after killing its process group)."""
     process.send_signal(signal.SIGINT)
     try:
         process.wait(timeout=60)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+        raise AssertionError("the server did not stop within 60 s of Ctrl-C") from None
 
 
 def _check_every_generator(base: str, config: dict) -> None:
@@ -112,6 +124,7 @@ def test_serve_lm_yaml_serves_text_through_jobs_serve_and_serve_run(config, comm
         if command == "jobs.serve"
         else [str(os.path.join(os.path.dirname(sys.executable), "serve")), "run", str(path)]
     )
+    argv = [sys.executable, "-c", IN_A_TERMINAL, *argv]
     # A Ray of its own: its own temporary folder (short: Ray's socket paths must fit 107 bytes).
     ray_tmp = tempfile.mkdtemp(prefix="sf-lm-", dir="/tmp")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": ray_tmp}
@@ -129,8 +142,7 @@ def test_serve_lm_yaml_serves_text_through_jobs_serve_and_serve_run(config, comm
     finally:
         _stop(process)
         shutil.rmtree(ray_tmp, ignore_errors=True)
-    # Stopped, it leaves nothing serving: the next server can take the port (HAProxy, a process of
-    # Serve's proxy actor, once outlived a stopped jobs.serve and kept it).
+    # Stopped by Ctrl-C, it leaves nothing serving: the next server can take the port.
     with socket.socket() as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the port's closed connections linger
         try:
