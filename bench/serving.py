@@ -30,7 +30,8 @@ teacher alone through the proxy; the plain cascade and the plain teacher; the di
 plain teacher again with the V2 binary tensor extension both ways. p50 latency at 1 client,
 every input answered at stage 0 (``min_confidence=0``): the cascade direct and via proxy, the plain
 cascade, and a bare ``@serve.batch`` Serve deployment of the student (bench/peers/serve_bare.py). Time
-per hop at 1 client, from the ingress's ``Server-Timing`` header.
+per hop at 1 client, from the ingress's ``Server-Timing`` header. CPU per request at several clients, the
+serving processes, the rest of the machine and the load generator apart (``serving_parts/cpu.py``).
 
 Each ratio is taken within a round (both sides measured minutes apart) and reported as the median over
 rounds with its spread; a bar is met only when its worst round meets it. The cascade against the plain

@@ -11,6 +11,7 @@ from scaleforge.pipeline.load import Request, closed_loop, infer_request
 from serving.binary import HEADER
 from serving.responses import SERVER_TIMING, parse_server_timing
 from serving_parts.common import BATCH
+from serving_parts.cpu import CpuSplit
 
 CLOSE = {"connection": "close"}
 """Sent by every client when several run: uvicorn's workers share one listening socket, and 8 kept-alive
@@ -80,8 +81,10 @@ def drive(
     ``urls``: one base URL, or one per replica (direct ingress gives each replica a port of its own):
     the clients are spread over them in turn, as a load balancer over Serve's target group spreads
     them. A failed connection is not retried. Accuracy counts each distinct request once (inputs
-    weigh alike)."""
-    load = closed_loop(urls, requests, _read, clients, seconds, warmup=True, attempts=1)
+    weigh alike). The CPU the run took per request (:class:`~serving_parts.cpu.CpuSplit`) counts the
+    uncounted requests too."""
+    with CpuSplit() as cpu:
+        load = closed_loop(urls, requests, _read, clients, seconds, warmup=True, attempts=1)
     latencies = [a.latency_s for a in load.answers]
     hops = [
         (1e3 * a.latency_s - timing["ingress"], timing["ingress"] - timing["model"], timing["model"])
@@ -102,4 +105,5 @@ def drive(
         "proxy_ms": proxy,
         "ingress_ms": ingress,
         "model_ms": model,
+        **cpu.per_request_ms(len(load.answers) + clients),
     }

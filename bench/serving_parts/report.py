@@ -21,6 +21,9 @@ MEDIAN_KEYS = (
     "proxy_ms",
     "ingress_ms",
     "model_ms",
+    "cpu_server_ms",
+    "cpu_rest_ms",
+    "cpu_client_ms",
 )
 
 
@@ -40,6 +43,7 @@ def report(results: dict[str, list[dict]], args) -> int:
         )
     print()
     _print_hops(med)
+    _print_cpu(med)
 
     def ratio(key: str, ours: str, theirs: str, bar: float, at_least: bool) -> tuple:
         """(what, measured, bar, met): the per-round ratios' median and range, met if the worst meets."""
@@ -130,5 +134,21 @@ def _print_hops(med: dict[str, dict]) -> None:
             print(
                 f"  {name:24s} {m['proxy_ms']:6.2f} {m['ingress_ms']:6.2f} {m['model_ms']:6.2f}   "
                 f"of p50 {m['p50']:.2f}"
+            )
+    print()
+
+
+def _print_cpu(med: dict[str, dict]) -> None:
+    """The CPU each request took at several clients (:mod:`serving_parts.cpu`): what separates the
+    served cascade from the plain one on the same cores."""
+    print(
+        "CPU per request, several clients (ms; medians): the serving processes (Serve's replicas or "
+        "uvicorn's workers), the rest of the machine (Ray's other processes, the kernel), the load generator"
+    )
+    for name, m in med.items():
+        if m["clients"] > 1:
+            print(
+                f"  {name:40s} {m['cpu_server_ms']:6.2f} {m['cpu_rest_ms']:6.2f} {m['cpu_client_ms']:6.2f}   "
+                f"{m['throughput'] / BATCH:6.0f} requests/s"
             )
     print()
