@@ -46,17 +46,14 @@ class CpuSplit:
     per request for the servers, the load generator and the rest of the machine."""
 
     def __enter__(self) -> "CpuSplit":
-        self.servers, self.client, self.busy = server_cpu_s(), self._client_s(), machine_busy_s()
+        self._start = (server_cpu_s(), self._client_s(), machine_busy_s())
         return self
 
     def __exit__(self, *exc) -> None:
-        servers, self.client, self.busy = (
-            server_cpu_s(),
-            self._client_s() - self.client,
-            machine_busy_s() - self.busy,
-        )
+        servers, client, busy = self._start
         # A server that started during the run counts from zero; one that ended is left out.
-        self.servers = sum(seconds - self.servers.get(pid, 0.0) for pid, seconds in servers.items())
+        self.servers = sum(seconds - servers.get(pid, 0.0) for pid, seconds in server_cpu_s().items())
+        self.client, self.busy = self._client_s() - client, machine_busy_s() - busy
 
     @staticmethod
     def _client_s() -> float:

@@ -8,6 +8,7 @@ import sys
 import time
 
 import httpx
+import psutil
 
 from bench.serving_parts.cpu import CpuSplit, server_cpu_s
 
@@ -31,11 +32,17 @@ def test_uvicorns_workers_are_the_server_and_this_process_the_client(tmp_path):
     )
     try:
         deadline = time.monotonic() + 60
-        workers = set()
-        while len(workers) < 2:  # every worker answers (each request on a new connection)
+        workers: set[int] = set()
+        while len(workers) < 2:  # both worker processes spawned
             assert time.monotonic() < deadline and server.poll() is None, "uvicorn did not start"
+            time.sleep(0.2)
+            children = psutil.Process(server.pid).children()
+            workers = {c.pid for c in children if "spawn_main" in " ".join(c.cmdline())}
+        while True:
+            assert time.monotonic() < deadline and server.poll() is None, "uvicorn did not answer"
             try:
-                workers.add(int(httpx.get(f"http://127.0.0.1:{port}/", headers={"connection": "close"}).text))
+                assert int(httpx.get(f"http://127.0.0.1:{port}/").text) in workers
+                break
             except httpx.TransportError:
                 time.sleep(0.2)
         assert set(server_cpu_s()) >= workers and server.pid not in server_cpu_s()
